@@ -1,0 +1,1 @@
+"""The machinery that runs properties against implementations and reports verdicts."""

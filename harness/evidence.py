@@ -1,0 +1,43 @@
+"""A failed property, carried as data: what failed, on which input, and how to see it again."""
+
+from __future__ import annotations
+
+from specs.problems import Problem
+
+
+class PropertyViolation(AssertionError):
+    """A property does not hold for an implementation.
+
+    Hypothesis re-raises the exception of the smallest failing example, so the
+    report plugin reads the counterexample from these attributes.
+    """
+
+    def __init__(self, summary: str, *, impl: str | None = None, problem: Problem | None = None,
+                 details: tuple[str, ...] = (), repro: str = "") -> None:
+        self.summary = summary
+        self.impl = impl
+        self.problem = problem
+        self.details = tuple(details)
+        self.repro = repro
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [self.summary]
+        if self.impl:
+            lines.append(f"  implementation: {self.impl}")
+        if self.problem is not None:
+            lines.append(f"  input: {self.problem.describe()}")
+        lines += [f"  {line}" for line in self.details]
+        if self.repro:
+            lines.append("  reproduce:")
+            lines += [f"    {line}" for line in self.repro.splitlines()]
+        return "\n".join(lines)
+
+    def counterexample(self) -> dict:
+        """The JSON form written to report.json."""
+        return {
+            "problem": None if self.problem is None else repr(self.problem),
+            "shapes": None if self.problem is None else self.problem.describe(),
+            "details": list(self.details),
+            "repro": self.repro,
+        }

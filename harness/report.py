@@ -1,0 +1,195 @@
+"""CONTRACT 2's outputs: the claims x implementations verdicts, as report.json / .md / .html and a terminal matrix.
+
+report.json holds at least
+  {"impls": [names], "claims": [{"slug", "source", "statement"}],
+   "verdicts": [{"claim", "impl", "status", "detail", "counterexample"}]}
+with status one of pass, fail, skip, error; each verdict also says whether the
+failure was declared (`expected`) and why.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from harness.markers import ORACLE, PROPERTIES
+
+STATUSES = ("pass", "fail", "skip", "error")
+SYMBOLS = {"pass": "+", "fail": "F", "expected": "x", "error": "E", "skip": "s", None: "."}
+
+
+def aggregate(outcomes: list) -> dict:
+    """One verdict from the outcomes of every test of a claim on one subject."""
+    by_status = {s: [o for o in outcomes if o.status == s] for s in STATUSES}
+    for status in ("fail", "error", "pass", "skip"):
+        if by_status[status]:
+            first = by_status[status][0]
+            return {"status": status, "detail": first.detail, "counterexample": first.counterexample,
+                    "expected": all(o.expected for o in by_status["fail"]) if status == "fail" else False,
+                    "tests": len(outcomes), "test": first.nodeid}
+    raise ValueError("a verdict needs at least one outcome")
+
+
+def _subjects(state) -> list[str]:
+    names = [v.name for v in state.variants]
+    others = sorted({subject for _, subject in state.outcomes} - set(names) - {ORACLE})
+    seen = {subject for _, subject in state.outcomes}
+    return names + ([ORACLE] if ORACLE in seen else []) + others
+
+
+def build_report(state, duration_s: float, profile: str | None = None) -> dict:
+    variants = {v.name: v for v in state.variants}
+    verdicts = []
+    for (slug, subject), outcomes in state.outcomes.items():
+        verdict = {"claim": slug, "impl": subject, **aggregate(outcomes)}
+        if verdict["status"] == "fail":
+            verdict["why"] = state.declared(slug, variants.get(subject, subject)) or ""
+        verdicts.append(verdict)
+    order = {slug: i for i, slug in enumerate(state.claims)}
+    subjects = _subjects(state)
+    verdicts.sort(key=lambda v: (order.get(v["claim"], len(order)), subjects.index(v["impl"])))
+    summary = {status: sum(v["status"] == status for v in verdicts) for status in STATUSES}
+    summary["expected_fail"] = sum(v["status"] == "fail" and v["expected"] for v in verdicts)
+    summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
+    return {
+        "impls": subjects,
+        "claims": [
+            {"slug": c.slug, "source": c.source, "statement": c.statement, "original": c.original,
+             "kind": c.kind, "holds": c.holds, "why": c.why, "note": c.note, "also": list(c.also),
+             "properties": sorted(set(PROPERTIES.get(c.slug, ())))}
+            for c in state.claims.values()
+        ],
+        "verdicts": verdicts,
+        "unavailable": [{"target": u.target, "reason": u.reason} for u in state.unavailable],
+        "uncaught_declared_defects": list(state.problems),
+        "summary": summary,
+        "profile": profile,
+        "duration_s": round(duration_s, 1),
+    }
+
+
+def _symbol(verdict: dict | None) -> str:
+    if verdict is None:
+        return SYMBOLS[None]
+    if verdict["status"] == "fail" and verdict["expected"]:
+        return SYMBOLS["expected"]
+    return SYMBOLS[verdict["status"]]
+
+
+def _grid(report: dict) -> tuple[list[str], dict[tuple[str, str], dict]]:
+    cells = {(v["claim"], v["impl"]): v for v in report["verdicts"]}
+    claims = [c["slug"] for c in report["claims"] if any((c["slug"], s) in cells for s in report["impls"])]
+    return claims, cells
+
+
+def matrix_lines(report: dict) -> list[str]:
+    """The terminal matrix: one row per claim, one column per implementation (numbered)."""
+    claims, cells = _grid(report)
+    subjects = report["impls"]
+    width = max((len(c) for c in claims), default=10)
+    lines = [f"  {i + 1:>2}  {name}" for i, name in enumerate(subjects)]
+    lines.append("")
+    lines.append(" " * width + "  " + "".join(f"{i + 1:>3}" for i in range(len(subjects))))
+    for slug in claims:
+        lines.append(f"{slug:<{width}}  " + "".join(f"{_symbol(cells.get((slug, s))):>3}" for s in subjects))
+    lines.append("")
+    lines.append("+ pass   F fail   x fail, declared (known defect or false seed sentence)   "
+                 "E error   s skip   . not applicable")
+    s = report["summary"]
+    lines.append(f"{len(claims)} claims checked on {len(subjects)} subjects: {s['pass']} pass, "
+                 f"{s['expected_fail']} declared fail, {s['unexpected_fail']} unexpected fail, "
+                 f"{s['error']} error, {s['skip']} skip")
+    for item in report["unavailable"]:
+        lines.append(f"not run here: {item['target']} ({item['reason']})")
+    return lines
+
+
+def _markdown(report: dict) -> str:
+    claims, cells = _grid(report)
+    by_slug = {c["slug"]: c for c in report["claims"]}
+    subjects = report["impls"]
+    out = ["# Attention claims x implementations", ""]
+    s = report["summary"]
+    out.append(f"{len(claims)} claims checked on {len(subjects)} subjects in {report['duration_s']} s "
+               f"(profile {report['profile']}): {s['pass']} pass, {s['expected_fail']} declared fail, "
+               f"{s['unexpected_fail']} unexpected fail, {s['error']} error, {s['skip']} skip.")
+    out += ["", "Columns:", ""] + [f"{i + 1}. `{name}`" for i, name in enumerate(subjects)] + [""]
+    out.append("| claim | " + " | ".join(str(i + 1) for i in range(len(subjects))) + " |")
+    out.append("|---|" + "---|" * len(subjects))
+    for slug in claims:
+        out.append(f"| `{slug}` | " + " | ".join(_symbol(cells.get((slug, x))) for x in subjects) + " |")
+    out += ["", "`+` pass, `F` fail, `x` declared fail, `E` error, `s` skip, `.` not applicable", ""]
+    failures = [v for v in report["verdicts"] if v["status"] in ("fail", "error")]
+    out += ["## Bug reports", ""]
+    for v in failures:
+        claim = by_slug.get(v["claim"], {})
+        label = "declared" if v.get("expected") else "UNEXPECTED"
+        out += [f"### `{v['claim']}` on `{v['impl']}` ({v['status']}, {label})", "",
+                f"- claim: {claim.get('statement', '')}",
+                f"- seed: {claim.get('source', '')} — {claim.get('original', '')}"]
+        if v.get("why"):
+            out.append(f"- why: {v['why']}")
+        out += ["", "```", v["detail"], "```"]
+        repro = (v.get("counterexample") or {}).get("repro")
+        if repro:
+            out += ["", "```python", repro, "```"]
+        out.append("")
+    out += ["## Not checkable", ""]
+    out += [f"- `{c['slug']}` ({c['source']}): {c['why']}" for c in report["claims"] if c["kind"] == "not-checkable"]
+    if report["unavailable"]:
+        out += ["", "## Not run on this machine", ""]
+        out += [f"- `{u['target']}`: {u['reason']}" for u in report["unavailable"]]
+    return "\n".join(out) + "\n"
+
+
+def _html(report: dict) -> str:
+    claims, cells = _grid(report)
+    by_slug = {c["slug"]: c for c in report["claims"]}
+    subjects = report["impls"]
+    colour = {"+": "#d4f7d4", "F": "#ff9c9c", "x": "#ffe2a8", "E": "#ff9c9c", "s": "#eeeeee", ".": "#ffffff"}
+    esc = html.escape
+    rows = []
+    for slug in claims:
+        tds = []
+        for subject in subjects:
+            verdict = cells.get((slug, subject))
+            symbol = _symbol(verdict)
+            title = esc(verdict["detail"][:300]) if verdict else ""
+            tds.append(f'<td style="background:{colour[symbol]}" title="{title}">{symbol}</td>')
+        statement = esc(by_slug[slug]["statement"])
+        rows.append(f'<tr><th title="{statement}"><code>{esc(slug)}</code></th>{"".join(tds)}</tr>')
+    header = "".join(f'<th title="{esc(s)}">{i + 1}</th>' for i, s in enumerate(subjects))
+    legend = "".join(f"<li>{i + 1}: <code>{esc(s)}</code></li>" for i, s in enumerate(subjects))
+    bugs = []
+    for v in report["verdicts"]:
+        if v["status"] not in ("fail", "error"):
+            continue
+        claim = by_slug.get(v["claim"], {})
+        repro = (v.get("counterexample") or {}).get("repro") or ""
+        label = "declared" if v.get("expected") else "UNEXPECTED"
+        bugs.append(
+            f"<details><summary><code>{esc(v['claim'])}</code> on <code>{esc(v['impl'])}</code> "
+            f"({v['status']}, {label})</summary><p>{esc(claim.get('statement', ''))}</p>"
+            f"<p>seed: {esc(claim.get('source', ''))} — {esc(claim.get('original', ''))}</p>"
+            f"<p>{esc(v.get('why', ''))}</p><pre>{esc(v['detail'])}</pre><pre>{esc(repro)}</pre></details>")
+    s = report["summary"]
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Attention claims</title>"
+        "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "text-align:center}th{text-align:left}pre{background:#f6f6f6;padding:6px;overflow:auto}</style>"
+        f"</head><body><h1>Attention claims x implementations</h1><p>{len(claims)} claims, "
+        f"{len(subjects)} subjects, {report['duration_s']} s: {s['pass']} pass, {s['expected_fail']} "
+        f"declared fail, {s['unexpected_fail']} unexpected fail, {s['error']} error, {s['skip']} skip.</p>"
+        f"<ol style='columns:2'>{legend}</ol><table><tr><th>claim</th>{header}</tr>{''.join(rows)}</table>"
+        "<p>+ pass, F fail, x declared fail, E error, s skip, . not applicable</p>"
+        f"<h2>Bug reports</h2>{''.join(bugs)}</body></html>\n"
+    )
+
+
+def write_report(report: dict, directory: str | Path) -> None:
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    (target / "report.md").write_text(_markdown(report))
+    (target / "report.html").write_text(_html(report))

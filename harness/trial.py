@@ -1,0 +1,238 @@
+"""One implementation on one problem: guarded calls, the oracle, and checks that explain themselves.
+
+CONTRACT 1's failure rules live here: an implementation that raises, returns
+something that is not an array, the wrong shape or dtype, or takes longer than
+the call limit fails the property with that message, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import NoReturn
+
+import numpy as np
+from hypothesis import currently_in_test_context, note, reject, target
+from hypothesis import strategies as st
+
+from harness.evidence import PropertyViolation
+from impls.registry import Variant
+from specs.problems import Problem
+from specs.reference import AttentionResult
+from specs.strategies import problems
+from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance, metamorphic_allowance
+
+
+class CallSettings:
+    """Run-wide settings the pytest plugin fills from the command line."""
+
+    timeout_s: float = 20.0
+
+
+class ImplTimeout(Exception):
+    """Raised inside an implementation that ran past the call limit."""
+
+
+@contextmanager
+def _time_limit(seconds: float):
+    """SIGALRM-based limit; a no-op where signals are unavailable (non-main thread, Windows)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or seconds <= 0:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise ImplTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def as_numpy(value: object) -> np.ndarray | None:
+    """NumPy, torch and CuPy arrays as NumPy; anything else as None."""
+    if isinstance(value, np.ndarray):
+        return value
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    if type(value).__module__.startswith("cupy") and hasattr(value, "get"):
+        return value.get()
+    return None
+
+
+def _call_line(extra: dict, args: str = "q, k, v") -> str:
+    parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
+    return f"out = fn({', '.join(parts)})"
+
+
+class Trial:
+    """Runs `variant` on problems derived from `problem` and checks what comes back."""
+
+    def __init__(self, variant: Variant, problem: Problem) -> None:
+        self.variant = variant
+        self.problem = problem
+        self.dtype = np.dtype(variant.dtype)
+        self._targets: list[str] = []
+        self.in_hypothesis = currently_in_test_context()
+        if self.in_hypothesis:
+            note(f"implementation {variant.name}; problem {problem!r}")
+
+    # -- inputs -------------------------------------------------------------
+    def inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """q, k, v in the implementation's dtype; unrepresentable examples are rejected."""
+        problem = problem or self.problem
+        with np.errstate(over="ignore"):
+            cast = tuple(x.astype(self.dtype) for x in (problem.q, problem.k, problem.v))
+        if not all(np.all(np.isfinite(x)) for x in cast):
+            reject()  # the recipe's magnitudes do not fit this dtype
+        return cast
+
+    def exact_inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The values the implementation received, held in float64 for the oracle."""
+        return tuple(x.astype(np.float64) for x in self.inputs(problem))
+
+    def oracle_kwargs(self, problem: Problem | None = None) -> dict:
+        problem = problem or self.problem
+        return dict(problem.kwargs(), causal_alignment=self.variant.impl.capabilities.causal_alignment)
+
+    # -- calls --------------------------------------------------------------
+    def call_raw(self, problem: Problem | None = None, **extra) -> object:
+        """Call the implementation; turn any exception or overrun into a violation."""
+        problem = problem or self.problem
+        q, k, v = self.inputs(problem)
+        limit = CallSettings.timeout_s
+        try:
+            with _time_limit(limit):
+                return self.variant.impl.fn(q, k, v, **problem.kwargs(), **extra)
+        except ImplTimeout:
+            self.fail(f"the call took longer than {limit:g} s", problem, call=_call_line(extra))
+        except Exception as exc:  # the implementation's own failure is the finding
+            self.fail(f"the implementation raised {type(exc).__name__}: {exc}", problem,
+                      call=_call_line(extra))
+
+    def call(self, problem: Problem | None = None, **extra) -> np.ndarray:
+        """The implementation's output as float64, after checking its type, shape and dtype."""
+        problem = problem or self.problem
+        raw = self.call_raw(problem, **extra)
+        return self.check_output(raw, problem, call=_call_line(extra))
+
+    def check_output(self, raw: object, problem: Problem, *, call: str,
+                     expect_shape: tuple[int, ...] | None = None) -> np.ndarray:
+        out = as_numpy(raw)
+        if out is None:
+            self.fail(f"returned a {type(raw).__name__}, not a NumPy, torch or CuPy array", problem, call=call)
+        b, h, n_q, _ = problem.q.shape
+        expected_shape = expect_shape or (b, h, n_q, problem.v.shape[-1])
+        if out.shape != expected_shape:
+            self.fail(f"returned shape {out.shape}, expected {expected_shape} (batch, heads, n_q, d_v)",
+                      problem, call=call)
+        if out.dtype != self.dtype:
+            self.fail(f"returned dtype {out.dtype} for {self.dtype} inputs", problem, call=call)
+        if not np.all(np.isfinite(out)):
+            self.oracle(problem)  # rejects inputs on which the naive formula overflows in this dtype too
+            where = tuple(int(i) for i in np.argwhere(~np.isfinite(out))[0])
+            self.fail(f"returned {out[where]} at out{list(where)} where the oracle is finite "
+                      f"({int(np.sum(~np.isfinite(out)))} non-finite elements)", problem, call=call)
+        return out.astype(np.float64)
+
+    # -- the oracle ---------------------------------------------------------
+    def oracle(self, problem: Problem | None = None) -> tuple[AttentionResult, Allowance]:
+        """The float64 oracle on the values the implementation received, and the allowed error."""
+        problem = problem or self.problem
+        q, k, v = self.exact_inputs(problem)
+        try:
+            return forward_allowance(q, k, v, dtype=self.dtype, **self.oracle_kwargs(problem))
+        except ToleranceUndefined:
+            if not self.in_hypothesis:
+                raise
+            reject()
+
+    # -- verdicts -----------------------------------------------------------
+    def repro(self, problem: Problem, call: str | None = None, script: str | None = None) -> str:
+        """A snippet that rebuilds the input and shows the failure.
+
+        `call` replaces the default call line; `script` replaces both the call
+        and the default comparison with the oracle.
+        """
+        impl = self.variant.impl
+        lines = [
+            "import numpy as np",
+            "from impls.registry import load_impl",
+            "from specs import examples",
+            "from specs.problems import build, one_hot_values",
+            "from specs.reference import attention",
+            problem.code(),
+            f"fn = load_impl({impl.target!r}).fn",
+            f"q, k, v = (x.astype({self.variant.dtype!r}) for x in (p.q, p.k, p.v))",
+        ]
+        if script is not None:
+            return "\n".join(lines + [script])
+        lines += [
+            call or _call_line({}),
+            "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
+            f"causal_alignment={impl.capabilities.causal_alignment!r})",
+            "print(np.abs(np.asarray(out, dtype=float) - oracle.out).max())",
+        ]
+        return "\n".join(lines)
+
+    def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
+             call: str | None = None, script: str | None = None) -> NoReturn:
+        problem = problem or self.problem
+        raise PropertyViolation(summary, impl=self.variant.name, problem=problem, details=details,
+                                repro=self.repro(problem, call, script))
+
+    def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
+                     what: str = "out", versus: str = "the float64 oracle",
+                     problem: Problem | None = None, call: str | None = None,
+                     script: str | None = None) -> None:
+        """Fail, naming the worst element, unless |got - expected| <= allowance everywhere."""
+        bound = np.broadcast_to(allowance.bound, expected.shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            error = np.abs(got - expected)
+            bad = ~(error <= bound)  # NaN and Inf count as bad
+            badness = np.where(np.isfinite(error), error / np.maximum(bound, np.finfo(float).tiny), np.inf)
+            if not bad.any():
+                self._target(float(badness.max(initial=0.0)), what)
+                return
+        worst = np.unravel_index(int(np.argmax(np.where(bad, badness, -1.0))), bad.shape)
+        details = (
+            f"worst element {what}[{', '.join(map(str, worst))}]: got {got[worst]!r}, "
+            f"expected {expected[worst]!r}, |error| {error[worst]:.3g} > allowed {bound[worst]:.3g}",
+            f"elements over tolerance: {int(bad.sum())} of {bad.size}"
+            + (f" ({int(np.isnan(got).sum())} NaN)" if np.isnan(got).any() else ""),
+            f"tolerance: {allowance.rule}",
+        )
+        self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=details,
+                  call=call, script=script)
+
+    def expect_same(self, got: np.ndarray, expected: np.ndarray, got_allowance: Allowance,
+                    expected_allowance: Allowance, *, what: str, versus: str, problem: Problem | None = None,
+                    script: str | None = None) -> None:
+        """Two outputs of this implementation that a metamorphic property says must agree."""
+        allowance = metamorphic_allowance(got_allowance, expected_allowance, got, expected,
+                                          n_k=(problem or self.problem).n_k, dtype=self.dtype)
+        self.expect_close(got, expected, allowance, what=what, versus=versus, problem=problem, script=script)
+
+    def _target(self, ratio: float, what: str) -> None:
+        """Steer the `thorough` profile towards inputs where the error nears its allowance."""
+        label = f"{what} error / allowed #{len(self._targets)}"
+        self._targets.append(label)
+        if self.in_hypothesis and np.isfinite(ratio):
+            target(ratio, label=label)
+
+
+def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:
+    """Problems this variant can be asked to solve (its capabilities and dtype)."""
+    return problems(caps=variant.impl.capabilities, dtype=variant.dtype, **options)
+
+
+def check_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
+    """The central check: the implementation's output is within the tolerance model of the oracle."""
+    trial = Trial(variant, problem)
+    oracle, allowance = trial.oracle()
+    trial.expect_close(trial.call(**extra), oracle.out, allowance, call=_call_line(extra))

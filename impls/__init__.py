@@ -1,0 +1,1 @@
+"""Implementations under test, one declarative record each (see impls.registry)."""

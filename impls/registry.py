@@ -1,0 +1,238 @@
+"""CONTRACT 1: loading implementations and reading their capabilities.
+
+An implementation is `fn(q, k, v, *, scale=None, causal=False, mask=None) -> out`.
+Keywords present in the signature are features it has; the optional attribute
+`fn.attention_capabilities` (a dict) refines the rest; `fn.known_defects`
+({claim slug: why}) declares the claims it is known to break. Built-in records
+use the `attention_impl` decorator, which only sets those same attributes, so
+one mechanism reads built-in and outside implementations alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specs.tolerance import SUPPORTED_DTYPES
+from specs.validation import CAUSAL_ALIGNMENTS
+
+BUILTIN_TARGETS = (
+    "impls.numpy_reference:reference_attention",
+    "impls.numpy_tiled:tiled_attention",
+    "impls.numpy_paged:paged_attention",
+    "impls.seed000_exp_ratio:exp_ratio_attention",
+    "impls.seed000_three_line:three_line_attention",
+    "impls.seed001_multihead:seed_multi_head_attention",
+    "impls.seed002_tiled:memory_optimized_tiled_attention",
+    "impls.seed002_tiled:hardware_aware_attention",
+    "impls.torch_sdpa:sdpa_math",
+    "impls.torch_sdpa:sdpa_flash_cpu",
+    "impls.torch_mha:multihead_attention_module",
+)
+
+SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p")
+
+
+class ImplLoadError(ValueError):
+    """An --impl target could not be turned into an implementation."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an implementation can be asked to do."""
+
+    scale: bool = False
+    causal: bool = False
+    mask: bool = False
+    dropout: bool = False
+    dtypes: tuple[str, ...] = ("float64",)
+    gqa: bool = True  # heads_kv < heads
+    cross: bool = True  # n_q != n_k
+    value_dim: bool = True  # d_v != d
+    causal_alignment: str = "top_left"
+    max_seq: int | None = None
+    tile_keywords: tuple[str, ...] = ()  # keyword arguments that set block sizes
+    lse: bool = False  # accepts return_lse=True and returns (out, lse)
+    fused: bool = False  # one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul
+
+    @property
+    def paged(self) -> bool:
+        return "page_size" in self.tile_keywords
+
+    def lacking(self, *features: str) -> str | None:
+        """A skip reason naming the first feature this implementation lacks, or None."""
+        for feature in features:
+            if not getattr(self, feature):
+                return f"implementation lacks '{feature}' ({_FEATURE_NOTES[feature]})"
+        return None
+
+
+_FEATURE_NOTES = {
+    "scale": "no `scale` keyword",
+    "causal": "no `causal` keyword",
+    "mask": "no `mask` keyword",
+    "dropout": "no `dropout_p` keyword",
+    "gqa": "declared gqa=False: heads_kv must equal heads",
+    "cross": "declared cross=False: n_q must equal n_k",
+    "value_dim": "declared value_dim=False: d_v must equal d",
+    "tile_keywords": "no block-size keywords declared",
+    "lse": "declared lse=False",
+    "fused": "not declared fused=True",
+    "paged": "no page_size keyword",
+}
+_DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout"}
+
+
+@dataclass(frozen=True, eq=False)
+class Impl:
+    """One declarative record: the callable, what it can do, and what it is known to get wrong."""
+
+    name: str
+    target: str
+    fn: Callable = field(repr=False)
+    capabilities: Capabilities
+    known_defects: Mapping[str, str]
+    backend: str
+    unavailable: str | None = None  # why it cannot run on this machine
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """An implementation run in one precision: the unit a property is parametrized over."""
+
+    impl: Impl
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.impl.name}[{self.dtype}]"
+
+
+def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, str] | None = None,
+                   probe: Callable[[], str | None] | None = None, **capabilities):
+    """Declare a built-in implementation's record on the function itself."""
+
+    def declare(fn: Callable) -> Callable:
+        fn.attention_name = name
+        fn.attention_backend = backend
+        fn.attention_capabilities = capabilities
+        fn.known_defects = dict(known_defects or {})
+        fn.attention_probe = probe
+        return fn
+
+    return declare
+
+
+def _capabilities(fn: Callable, target: str) -> Capabilities:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as exc:
+        raise ImplLoadError(f"{target}: cannot read the signature ({exc})") from None
+    positional = [p for p in params.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    if len(positional) < 3 and not any(p.kind == p.VAR_POSITIONAL for p in positional):
+        raise ImplLoadError(f"{target}: must take q, k, v positionally; signature is {inspect.signature(fn)}")
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    present = {f: (f in params) or takes_kwargs for f in SIGNATURE_FEATURES}
+    declared = dict(getattr(fn, "attention_capabilities", None) or {})
+    unknown = set(declared) - _DECLARABLE
+    if unknown:
+        raise ImplLoadError(f"{target}: unknown capabilities {sorted(unknown)}; known: {sorted(_DECLARABLE)}")
+    dtypes = tuple(declared.pop("dtypes", ("float64",)))
+    bad = [d for d in dtypes if d not in SUPPORTED_DTYPES]
+    if bad or not dtypes:
+        raise ImplLoadError(f"{target}: dtypes {dtypes} must be non-empty and within {SUPPORTED_DTYPES}")
+    if declared.get("causal_alignment", "top_left") not in CAUSAL_ALIGNMENTS:
+        raise ImplLoadError(f"{target}: causal_alignment must be one of {CAUSAL_ALIGNMENTS}")
+    tiles = tuple(declared.pop("tile_keywords", ()))
+    missing = [t for t in tiles if t not in params and not takes_kwargs]
+    if missing:
+        raise ImplLoadError(f"{target}: tile_keywords {missing} are not in the signature")
+    return Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
+                        dropout=present["dropout_p"], dtypes=dtypes, tile_keywords=tiles, **declared)
+
+
+def _import_target(target: str) -> Callable:
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise ImplLoadError(f"--impl {target!r}: expected 'module.path:function' or 'path/to/file.py:function'")
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        path = Path(where).resolve()
+        if not path.is_file():
+            raise ImplLoadError(f"--impl {target!r}: no such file {path}")
+        module_name = f"attn_impl_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise ImplLoadError(f"--impl {target!r}: importing {path} raised {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise ImplLoadError(f"--impl {target!r}: importing {where} raised {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ImplLoadError(f"--impl {target!r}: {where} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ImplLoadError(f"--impl {target!r}: {attr} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def load_impl(target: str) -> Impl:
+    """Turn 'module.path:function' or 'path/to/file.py:function' into a record."""
+    fn = _import_target(target)
+    known = dict(getattr(fn, "known_defects", None) or {})
+    probe = getattr(fn, "attention_probe", None)
+    return Impl(
+        name=getattr(fn, "attention_name", target),
+        target=target,
+        fn=fn,
+        capabilities=_capabilities(fn, target),
+        known_defects=known,
+        backend=getattr(fn, "attention_backend", "user"),
+        unavailable=probe() if probe else None,
+    )
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A built-in that cannot run here, and why (shown in the run's summary)."""
+
+    target: str
+    reason: str
+
+
+def builtin_impls(backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unavailable]]:
+    """Every built-in record, split into those that can run here and those that cannot."""
+    ready: list[Impl] = []
+    missing: list[Unavailable] = []
+    for target in BUILTIN_TARGETS:
+        try:
+            impl = load_impl(target)
+        except ImportError as exc:
+            missing.append(Unavailable(target, f"{exc.name or exc} is not installed"))
+            continue
+        if backends and impl.backend not in backends:
+            continue
+        if impl.unavailable:
+            missing.append(Unavailable(target, impl.unavailable))
+        else:
+            ready.append(impl)
+    return ready, missing
+
+
+def variants(impls: list[Impl]) -> list[Variant]:
+    return [Variant(impl, dtype) for impl in impls for dtype in impl.capabilities.dtypes]

@@ -1,0 +1,53 @@
+"""Seed 001 § 1.3: the multi-head split / merge pseudo-code, made to run.
+
+What had to change for it to run at all (recorded in the claim catalogue):
+- `assert hdim % head_dim = 0` is a SyntaxError; it is `==` here;
+- `MultiHeadAttention(q, k, v)` is "given later" but never given; it is the
+  seed's own § 1.4 scaled dot-product formula, applied per head;
+- `multi_head_split` reads `num_head` and `head_dim` from the enclosing scope
+  and `multi_head_merge(x, b)` ignores its `b`: both kept as written.
+The protocol hands q, k, v already split into heads, so they are merged into
+the (batch, len, hdim) tensors the pseudo-code expects, run through it, and the
+merged output is split back. All of q, k, v share hdim in the pseudo-code, so
+d_v must equal d and heads_kv must equal heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from impls.registry import attention_impl
+from impls.torch_convert import to_torch
+
+
+@attention_impl(name="seed001-multihead", backend="torch", dtypes=("float64",), gqa=False,
+                value_dim=False)
+def seed_multi_head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> torch.Tensor:
+    batch_size, num_head, q_len, head_dim = q.shape
+    hdim = num_head * head_dim
+    assert hdim % head_dim == 0
+
+    def multi_head_split(x):
+        # x: (batch_size, len, hdim)
+        b, l, hdim = x.size()
+        x = x.reshape(b, l, num_head, head_dim).transpose(1, 2)  # (b, num_head, l, dim)
+        return x
+
+    def multi_head_merge(x, b):
+        # x: (batch_ize, num_head, len, head_dim)
+        b, num_head, l, head_dim = x.size()
+        x = x.transpose(1, 2).reshape(b, l, num_head * head_dim)  # (batch_size, l, hdim)
+        return x
+
+    def MultiHeadAttention(q, k, v):
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(head_dim)
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+    q, k, v = (multi_head_merge(x, batch_size) for x in to_torch(q, k, v))
+    q, k, v = map(multi_head_split, [q, k, v])
+    output = MultiHeadAttention(q, k, v)
+    output = multi_head_merge(output, batch_size)
+    return multi_head_split(output)

@@ -1,0 +1,147 @@
+"""Seed 002 § 3.2.3 and § 3.2.5: the two blockwise attentions, as written.
+
+Both normalise each (query block, key block) tile with its own softmax and add
+the tiles' outputs, without the online-softmax rescaling of seed 000. Once the
+keys span more than one block, a row's effective weights sum to the number of
+key blocks, not to 1, and the output is no longer softmax attention. Both read
+the key length from q (`batch_size, seq_len, d_model = q.shape`), so they are
+self-attention only, and `torch.zeros_like(q)` makes d_v equal d. The adapter
+flattens (batch, heads) into the seed's batch axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from impls.registry import attention_impl
+from impls.torch_convert import to_torch
+
+PER_BLOCK_SOFTMAX = ("each key block gets its own softmax and the blocks' outputs are summed "
+                     "without online-softmax rescaling, so once n_k exceeds the block size the "
+                     "weights of a row sum to the number of key blocks")
+
+
+class MemoryOptimizedAttention:
+    def __init__(self, block_size=32):
+        self.block_size = block_size
+
+    def tiled_attention(self, q, k, v):
+        """分块注意力计算，优化内存访问"""
+        batch_size, seq_len, d_model = q.shape
+
+        # 分块计算
+        output = torch.zeros_like(q)
+        attention_matrix = torch.zeros(batch_size, seq_len, seq_len)
+
+        for i in range(0, seq_len, self.block_size):
+            for j in range(0, seq_len, self.block_size):
+                # 计算当前块的注意力
+                q_block = q[:, i:i+self.block_size, :]
+                k_block = k[:, j:j+self.block_size, :]
+                v_block = v[:, j:j+self.block_size, :]
+
+                # 矩阵乘法
+                scores = torch.matmul(q_block, k_block.transpose(-2, -1)) / math.sqrt(d_model)
+                attention_weights = F.softmax(scores, dim=-1)
+
+                # 存储注意力权重和输出
+                attention_matrix[:, i:i+self.block_size, j:j+self.block_size] = attention_weights
+                output[:, i:i+self.block_size, :] += torch.matmul(attention_weights, v_block)
+
+        return output, attention_matrix
+
+
+class HardwareAwareAttention:
+    def __init__(self, d_model, seq_len, device='cuda'):
+        self.d_model = d_model
+        self.seq_len = seq_len
+        self.device = device
+
+        # 根据硬件特性调整参数
+        if device == 'cuda':
+            self.warp_size = 32
+            self.max_shared_memory = 48 * 1024  # 48KB
+        else:
+            self.warp_size = 1
+            self.max_shared_memory = 64 * 1024  # 64KB
+
+    def hardware_optimized_attention(self, q, k, v):
+        """硬件感知的注意力实现"""
+        batch_size, seq_len, d_model = q.shape
+
+        # 计算最优块大小
+        optimal_block_size = self.calculate_optimal_block_size(d_model, seq_len)
+
+        # 分块计算
+        output = torch.zeros_like(q)
+        attention_matrix = torch.zeros(batch_size, seq_len, seq_len)
+
+        for i in range(0, seq_len, optimal_block_size):
+            for j in range(0, seq_len, optimal_block_size):
+                # 计算当前块
+                q_block = q[:, i:i+optimal_block_size, :]
+                k_block = k[:, j:j+optimal_block_size, :]
+                v_block = v[:, j:j+optimal_block_size, :]
+
+                # 优化的注意力计算
+                scores = self.efficient_matmul(q_block, k_block.transpose(-2, -1))
+                attention_weights = F.softmax(scores / math.sqrt(d_model), dim=-1)
+
+                # 累加结果
+                output[:, i:i+optimal_block_size, :] += torch.matmul(attention_weights, v_block)
+                attention_matrix[:, i:i+optimal_block_size, j:j+optimal_block_size] = attention_weights
+
+        return output, attention_matrix
+
+    def efficient_matmul(self, a, b):
+        """优化的矩阵乘法"""
+        return torch.matmul(a, b)
+
+    def calculate_optimal_block_size(self, d_model, seq_len):
+        """计算最优块大小"""
+        # 简化的块大小计算
+        if seq_len > 1024:
+            return 64
+        elif seq_len > 512:
+            return 32
+        else:
+            return 16
+
+
+def _flatten_heads(q, k, v):
+    return [x.reshape(-1, *x.shape[2:]) for x in to_torch(q, k, v)]
+
+
+REORDERED = "which keys share a block, and so a softmax, depends on their order"
+SEED_BLOCKWISE_DEFECTS = {
+    **dict.fromkeys((
+        "sdpa-formula", "rows-sum-to-one", "weights-in-unit-interval", "tiled-equals-global",
+        "output-in-convex-hull", "weights-measure-relevance", "score-large-when-query-seeks-key",
+        "ratio-of-exp-sums", "online-softmax-avoids-overflow", "cross-and-self-same-computation",
+        "self-attention-four-steps", "concat-then-output-projection",
+        "attention-optimal-linear-approximation",
+    ), PER_BLOCK_SOFTMAX),
+    "permutation-equivariance": REORDERED,
+    "long-range-in-one-step": REORDERED,
+}
+
+
+@attention_impl(name="seed002-memory-optimized-tiled", backend="torch", dtypes=("float64",),
+                gqa=False, cross=False, value_dim=False, tile_keywords=("block_size",),
+                known_defects=SEED_BLOCKWISE_DEFECTS)
+def memory_optimized_tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *,
+                                     block_size: int = 32) -> np.ndarray:
+    output, _ = MemoryOptimizedAttention(block_size).tiled_attention(*_flatten_heads(q, k, v))
+    return output.reshape(q.shape[:2] + tuple(output.shape[1:])).numpy()
+
+
+@attention_impl(name="seed002-hardware-aware", backend="torch", dtypes=("float64",),
+                gqa=False, cross=False, value_dim=False, known_defects=SEED_BLOCKWISE_DEFECTS)
+def hardware_aware_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    module = HardwareAwareAttention(d_model=q.shape[-1], seq_len=q.shape[2], device="cpu")
+    output, _ = module.hardware_optimized_attention(*_flatten_heads(q, k, v))
+    return output.reshape(q.shape[:2] + tuple(output.shape[1:])).numpy()

@@ -1,0 +1,65 @@
+"""torch.nn.functional.scaled_dot_product_attention, one record per CPU backend.
+
+torch 2.13's CPU build has two backends: MATH (the composite formula; every
+dtype, dropout, d_v != d) and FLASH_ATTENTION (a fused, tiled CPU kernel;
+d_v must equal d, no dropout). Each record pins its backend with
+torch.nn.attention.sdpa_kernel, so a fallback cannot hide which one ran.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from impls.registry import attention_impl
+from impls.torch_convert import to_torch
+
+
+def _sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
+    Q, K, V, M = to_torch(q, k, v, mask)
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(
+            Q, K, V, attn_mask=M, dropout_p=dropout_p, is_causal=causal, scale=scale,
+            enable_gqa=Q.shape[1] != K.shape[1],
+        )
+
+
+def _probe(backend: SDPBackend) -> str | None:
+    x = np.zeros((1, 1, 2, 4))
+    try:
+        _sdpa(backend, x, x, x, scale=None, causal=False, mask=None)
+    except RuntimeError as exc:
+        return f"torch {torch.__version__} has no {backend.name} kernel here: {str(exc).splitlines()[0]}"
+    return None
+
+
+@attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16"),
+                causal_alignment="top_left")
+def sdpa_math(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    return _sdpa(SDPBackend.MATH, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
+
+
+@attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32"),
+                causal_alignment="top_left", value_dim=False, fused=True,
+                probe=lambda: _probe(SDPBackend.FLASH_ATTENTION))
+def sdpa_flash_cpu(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+) -> torch.Tensor:
+    return _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=mask)

@@ -1,0 +1,1 @@
+"""Generic properties, one module per area; each checks claims of specs/claims.toml."""

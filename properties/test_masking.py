@@ -1,0 +1,118 @@
+"""Masks: the causal mask of seed 003 § 第二个概念 掩码, its alignment, boolean masks, empty rows.
+
+上矩阵无限小，所以就代表我永远也不会选择它: hidden keys get weight exactly 0 and
+cannot influence the output. The protocol's conventions (boolean mask, True =
+may attend; fully masked rows give 0) are checked here too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from harness.markers import checks
+from harness.observe import observe_weights
+from harness.trial import Trial, check_against_oracle, problems_for
+from specs.problems import build
+from specs.reference import attention
+
+
+def _fail_on_hidden_weight(trial, observed) -> None:
+    hidden = ~observed.oracle.allowed
+    leaked = hidden & (observed.weights != 0)
+    if leaked.any():
+        where = tuple(int(i) for i in np.argwhere(leaked)[0])
+        trial.fail("a hidden key has a non-zero weight", observed.problem,
+                   details=(f"weights{where} = {observed.weights[where]!r}; it should be exactly 0",))
+
+
+@checks("causal-mask-zeroes-future")
+@pytest.mark.requires("causal")
+@given(data=st.data())
+def test_causal_weights_on_future_keys_are_zero(impl, data):
+    problem = data.draw(problems_for(impl, causal=True, weights_visible=True), label="problem")
+    trial = Trial(impl, problem)
+    _fail_on_hidden_weight(trial, observe_weights(trial))
+
+
+@checks("causal-mask-zeroes-future")
+@pytest.mark.requires("causal")
+@given(data=st.data())
+def test_changing_future_tokens_leaves_past_outputs(impl, data):
+    problem = data.draw(problems_for(impl, causal=True, min_n=2), label="problem")
+    caps = impl.impl.capabilities
+    offset = 0 if caps.causal_alignment == "top_left" else problem.n_k - problem.n_q
+    assume(offset + 1 <= problem.n_k - 1)
+    cut = data.draw(st.integers(offset + 1, problem.n_k - 1), label="first changed key")
+    rows = np.arange(problem.n_q)[np.arange(problem.n_q) + offset < cut]
+    k, v = problem.k.copy(), problem.v.copy()
+    k[:, :, cut:] = -3.0 * k[:, :, cut:] + 1.0
+    v[:, :, cut:] = -3.0 * v[:, :, cut:] + 1.0
+    changed = problem.replace(
+        f"k, v = p.k.copy(), p.v.copy(); k[:, :, {cut}:] = -3 * k[:, :, {cut}:] + 1; "
+        f"v[:, :, {cut}:] = -3 * v[:, :, {cut}:] + 1; p = p.replace(k=k, v=v)", k=k, v=v)
+    trial = Trial(impl, problem)
+    out, (_, allowance) = trial.call(), trial.oracle()
+    out_changed, (_, allowance_changed) = trial.call(changed), trial.oracle(changed)
+    index = (slice(None), slice(None), rows)
+    trial.expect_same(out_changed[index], out[index], allowance_changed.take(index), allowance.take(index),
+                      what=f"out rows {rows.tolist()} after changing keys >= {cut}",
+                      versus="the same rows before", problem=changed)
+
+
+@checks("causal-alignment", "causal-mask-zeroes-future")
+@pytest.mark.requires("causal", "cross")
+@given(data=st.data())
+def test_causal_with_different_lengths_follows_declared_alignment(impl, data):
+    check_against_oracle(impl, data.draw(problems_for(impl, causal=True, different_lengths=True), label="problem"))
+
+
+@checks("causal-alignment")
+@given(n_q=st.integers(1, 40), n_k=st.integers(1, 40))
+def test_alignments_agree_exactly_when_lengths_match(n_q, n_k):
+    """Oracle: top-left and bottom-right causal masks coincide iff n_q == n_k."""
+    p = build(n_q=n_q, n_k=n_k)
+    top_left = attention(p.q, p.k, p.v, causal=True, causal_alignment="top_left").allowed
+    bottom_right = attention(p.q, p.k, p.v, causal=True, causal_alignment="bottom_right").allowed
+    assert np.array_equal(top_left, bottom_right) == (n_q == n_k)
+    assert np.all(np.tril(np.ones((n_q, n_k), dtype=bool)) == top_left[0, 0])
+    assert np.all(np.tril(np.ones((n_q, n_k), dtype=bool), k=n_k - n_q) == bottom_right[0, 0])
+
+
+@checks("boolean-mask-hides-keys")
+@pytest.mark.requires("mask")
+@given(data=st.data())
+def test_boolean_mask_matches_oracle_and_hides_keys(impl, data):
+    problem = data.draw(problems_for(impl, masked=True, weights_visible=True), label="problem")
+    check_against_oracle(impl, problem)
+    trial = Trial(impl, problem)
+    _fail_on_hidden_weight(trial, observe_weights(trial))
+
+
+@checks("fully-masked-rows-zero")
+@pytest.mark.requires("mask")
+@given(data=st.data())
+def test_fully_masked_row_gives_zero_output(impl, data):
+    problem = data.draw(problems_for(impl, masked=True, empty_rows=True), label="problem")
+    mask = np.array(np.broadcast_to(problem.mask, problem.q.shape[:3] + (problem.n_k,)))
+    mask[:, :, 0, :] = False
+    problem = problem.replace(
+        "m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); m[:, :, 0, :] = False; "
+        "p = p.replace(mask=m)", mask=mask)
+    check_against_oracle(impl, problem)
+
+
+@checks("mask-is-additive-not-multiplicative")
+@given(n=st.integers(2, 40), d=st.integers(1, 16), seed=st.integers(0, 2**32 - 1))
+def test_multiplying_scores_by_triangle_hides_future(n, d, seed):
+    """The literal reading (乘了一个上矩阵): scores * tril(1) then softmax. Future weights must be 0."""
+    p = build(n_q=n, n_k=n, d=d, seed=seed)
+    scores = attention(p.q, p.k, p.v).scores[0, 0] * np.tril(np.ones((n, n)))
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    future = np.triu(np.ones((n, n), dtype=bool), k=1)
+    assert np.all(weights[future] == 0), (
+        f"multiplicative mask leaves weight {weights[future].max():.3g} on a future token "
+        f"(query 0's weights {np.round(weights[0], 4).tolist()})")

@@ -1,0 +1,144 @@
+"""Attention weights as probability distributions and the output as their weighted sum.
+
+Seed 001 § 1.1 (归一化之后...都是一个离散的概率分布), seed 003 § 第一个概念 ([0,1]区间),
+seed 000 § 值 / § 具体过程 (加权和), § 键 (相关性), § 具体过程 (全连接的GNN).
+Weights are read off every implementation the same way: one-hot values make
+the output equal to the weights (harness.observe).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.markers import checks
+from harness.observe import observe_weights
+from harness.trial import Trial, problems_for
+from specs.reference import repeat_kv
+from specs.tolerance import product_allowance, row_sum_allowance
+
+
+@checks("rows-sum-to-one", "weights-in-unit-interval")
+@given(data=st.data())
+def test_observed_weights_are_distributions(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
+    trial = Trial(impl, problem)
+    observed = observe_weights(trial)
+    weights, allowance = observed.weights, observed.allowance
+    trial.expect_close(np.clip(weights, 0.0, 1.0), weights, allowance, what="weights",
+                       versus="the interval [0, 1]", problem=observed.problem)
+    sums = weights.sum(axis=-1, keepdims=True)
+    trial.expect_close(sums, np.ones_like(sums), row_sum_allowance(allowance, weights),
+                       what="row sums of the weights", versus="1", problem=observed.problem)
+
+
+@checks("rows-sum-to-one")
+@given(data=st.data())
+def test_values_all_ones_give_outputs_all_ones(impl, data):
+    """softmax(S) 1 = 1: visible to implementations whatever d_v they accept."""
+    problem = data.draw(problems_for(impl), label="problem")
+    ones = problem.replace("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
+    trial = Trial(impl, ones)
+    _, allowance = trial.oracle()
+    out = trial.call()
+    trial.expect_close(out, np.ones_like(out), allowance, versus="1 (values all ones)")
+
+
+@checks("output-in-convex-hull")
+@given(data=st.data())
+def test_output_lies_in_convex_hull_of_values(impl, data):
+    problem = data.draw(problems_for(impl), label="problem")
+    trial = Trial(impl, problem)
+    _, allowance = trial.oracle()
+    out = trial.call()
+    _, _, v = trial.exact_inputs()
+    values = repeat_kv(v, problem.q.shape[1] // v.shape[1])
+    lowest, highest = values.min(axis=-2, keepdims=True), values.max(axis=-2, keepdims=True)
+    trial.expect_close(np.clip(out, lowest, highest), out, allowance,
+                       what="out", versus="the per-coordinate range [min_j v_j, max_j v_j]")
+
+
+@checks("output-is-weighted-sum-of-values")
+@given(data=st.data())
+def test_output_equals_observed_weights_times_values(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
+    trial = Trial(impl, problem)
+    observed = observe_weights(trial)
+    _, out_allowance = trial.oracle()
+    _, _, v = trial.exact_inputs()
+    values = repeat_kv(v, problem.q.shape[1] // v.shape[1])
+    expected = observed.weights @ values
+    allowance = out_allowance + product_allowance(observed.allowance, observed.weights, values)
+    trial.expect_close(trial.call(), expected, allowance, versus="W @ V with W read off one-hot values")
+
+
+@checks("weights-measure-relevance")
+@given(data=st.data())
+def test_weights_are_monotone_in_scores(impl, data):
+    """Sorted by the oracle's scores, each row's weights never decrease (beyond the allowance)."""
+    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
+    trial = Trial(impl, problem)
+    observed = observe_weights(trial)
+    order = np.argsort(observed.oracle.scores, axis=-1, kind="stable")
+    weights = np.take_along_axis(observed.weights, order, axis=-1)
+    bound = np.take_along_axis(observed.allowance.bound, order, axis=-1)
+    drop = weights[..., :-1] - weights[..., 1:]
+    slack = bound[..., :-1] + bound[..., 1:]
+    if np.any(drop > slack):
+        where = np.unravel_index(int(np.argmax(drop - slack)), drop.shape)
+        after = (*where[:-1], where[-1] + 1)
+        trial.fail("a key with a higher score got a smaller weight", observed.problem,
+                   details=(f"row {where[:-1]}: weights {weights[where]!r} then {weights[after]!r} in order of "
+                            f"increasing score; allowed drop {slack[where]:.3g}",))
+
+
+def _spread_limit(dtype: str, n_k: int) -> float:
+    """Largest score spread that keeps every weight a normal number: e^-spread / n_k > tiny."""
+    return -math.log(np.finfo(np.dtype(dtype)).tiny) - math.log(n_k) - 1.0
+
+
+@checks("complete-graph-positive-weights")
+@given(data=st.data())
+def test_every_key_gets_positive_weight(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True, score_styles=("normal", "integers", "spiky")),
+                        label="problem")
+    trial = Trial(impl, problem)
+    scores = trial.oracle()[0].scores
+    spread = float((scores.max(axis=-1) - scores.min(axis=-1)).max())
+    limit = _spread_limit(impl.dtype, problem.n_k)
+    if spread > limit:
+        problem = problem.scale_queries(limit / (2 * spread))
+    observed = observe_weights(trial, problem)
+    if np.any(observed.weights <= 0):
+        where = np.unravel_index(int(np.argmin(observed.weights)), observed.weights.shape)
+        trial.fail("a key got no weight although no mask hides it and exp cannot underflow here",
+                   observed.problem, details=(f"weights{where} = {observed.weights[where]!r}",))
+
+
+@checks("score-large-when-query-seeks-key")
+@given(data=st.data())
+def test_query_pointing_at_key_weights_it_most(impl, data):
+    """Keys of equal norm; query i = a * k_{j(i)}: k_{j(i)} has the top score and the top weight.
+    Head dims up to 4 keep other keys close in direction to the target: the hard case for the claim."""
+    problem = data.draw(problems_for(impl, weights_visible=True, score_styles=("normal",), scale=False, max_d=4),
+                        label="problem")
+    k = problem.k / np.linalg.norm(problem.k, axis=-1, keepdims=True)
+    group = problem.q.shape[1] // k.shape[1]
+    targets = np.arange(problem.n_q) % problem.n_k
+    # score 5 on the target key: a * |k|^2 / sqrt(d) = 5
+    q = 5.0 * math.sqrt(problem.q.shape[-1]) * repeat_kv(k, group)[:, :, targets]
+    problem = problem.replace(
+        "k = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True); "
+        f"p = p.replace(k=k, q=5.0 * np.sqrt(p.q.shape[-1]) * np.repeat(k, {group}, axis=1)"
+        "[:, :, np.arange(p.n_q) % p.n_k])", k=k, q=q)
+    trial = Trial(impl, problem)
+    observed = observe_weights(trial)
+    chosen = observed.weights[..., np.arange(problem.n_q), targets]
+    bound = observed.allowance.bound
+    others = observed.weights - bound
+    others[..., np.arange(problem.n_q), targets] = -np.inf
+    if np.any(chosen + bound[..., np.arange(problem.n_q), targets] < others.max(axis=-1)):
+        trial.fail("the key a query points at is not its most weighted key", observed.problem)

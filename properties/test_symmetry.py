@@ -1,0 +1,142 @@
+"""Symmetries: permutations of queries, keys and heads; what position encodings break and keep.
+
+Seed 000 § 具体过程 (置换不变性, 全连接的GNN, 位置编码), seed 001 § 2.2 (并行计算,
+长距离依赖), seed 003 (RoPE).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from harness.markers import checks
+from harness.trial import Trial, problems_for
+from specs.positional import rotary_embedding, sinusoidal_encoding
+from specs.problems import build
+from specs.tolerance import forward_allowance, rope_score_allowance
+
+
+def _permutation(data, n: int, label: str) -> np.ndarray:
+    """A permutation drawn through its seed: it shrinks to seed 0 in one step, and the repro lists it."""
+    return np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label=label)).permutation(n)
+
+
+def _compare_script(call: str, transformed: str, expected: str) -> str:
+    return "\n".join([
+        "out = fn(q, k, v, **p.kwargs())",
+        f"out_t = {call}",
+        f"print(np.abs(np.asarray(out_t, dtype=float) - np.asarray(out, dtype=float){expected}).max())",
+        f"# transformation: {transformed}",
+    ])
+
+
+@checks("permutation-equivariance")
+@given(data=st.data())
+def test_permuting_queries_permutes_outputs(impl, data):
+    problem = data.draw(problems_for(impl), label="problem")
+    perm = _permutation(data, problem.n_q, "query permutation")
+    trial = Trial(impl, problem)
+    out, (_, allowance) = trial.call(), trial.oracle()
+    moved = problem.replace(q=problem.q[:, :, perm])
+    out_moved, (_, allowance_moved) = trial.call(moved), trial.oracle(moved)
+    index = (slice(None), slice(None), perm)
+    trial.expect_same(out_moved, out[index], allowance_moved, allowance.take(index),
+                      what="out(q permuted)", versus="out with its rows permuted",
+                       script=_compare_script(f"fn(q[:, :, {perm.tolist()}], k, v, **p.kwargs())",
+                                              "queries permuted", f"[:, :, {perm.tolist()}]"))
+
+
+@checks("permutation-equivariance", "long-range-in-one-step")
+@given(data=st.data())
+def test_permuting_keys_with_values_changes_nothing(impl, data):
+    problem = data.draw(problems_for(impl), label="problem")
+    perm = _permutation(data, problem.n_k, "key permutation")
+    trial = Trial(impl, problem)
+    out, (_, allowance) = trial.call(), trial.oracle()
+    moved = problem.replace(k=problem.k[:, :, perm], v=problem.v[:, :, perm])
+    out_moved, (_, allowance_moved) = trial.call(moved), trial.oracle(moved)
+    trial.expect_same(out_moved, out, allowance_moved, allowance,
+                      what="out(k, v permuted together)", versus="out",
+                       script=_compare_script(f"fn(q, k[:, :, {perm.tolist()}], v[:, :, {perm.tolist()}], "
+                                              "**p.kwargs())", "keys and values permuted together", ""))
+
+
+@checks("permutation-invariance-literal")
+@given(data=st.data())
+def test_shuffling_the_sequence_leaves_output_unchanged(impl, data):
+    """The seed's sentence taken literally: self-attention on a shuffled X (two tokens swapped) gives
+    the same output."""
+    base = data.draw(problems_for(impl, min_n=2), label="problem")
+    x = base.q
+    problem = base.replace("p = p.replace(k=p.q, v=p.q)", k=x, v=x)
+    first = data.draw(st.integers(0, problem.n_q - 2), label="first swapped token")
+    second = data.draw(st.integers(first + 1, problem.n_q - 1), label="second swapped token")
+    perm = np.arange(problem.n_q)
+    perm[[first, second]] = second, first
+    trial = Trial(impl, problem)
+    out, (_, allowance) = trial.call(), trial.oracle()
+    shuffled = problem.replace(q=x[:, :, perm], k=x[:, :, perm], v=x[:, :, perm])
+    out_shuffled, (_, allowance_shuffled) = trial.call(shuffled), trial.oracle(shuffled)
+    trial.expect_same(out_shuffled, out, allowance_shuffled, allowance,
+                      what="out(X shuffled)", versus="out(X) (\"得到的结果相同\")",
+                       script=_compare_script(f"fn(*(x[:, :, {perm.tolist()}] for x in (q, k, v)), **p.kwargs())",
+                                              "X shuffled", ""))
+
+
+@checks("parallel-over-positions")
+@pytest.mark.requires("cross")
+@given(data=st.data())
+def test_any_subset_of_queries_gives_the_same_rows(impl, data):
+    problem = data.draw(problems_for(impl), label="problem")
+    rows = np.array(sorted(data.draw(st.sets(st.integers(0, problem.n_q - 1), min_size=1), label="queries")))
+    trial = Trial(impl, problem)
+    out, (_, allowance) = trial.call(), trial.oracle()
+    subset = problem.replace(q=problem.q[:, :, rows])
+    out_subset, (_, allowance_subset) = trial.call(subset), trial.oracle(subset)
+    index = (slice(None), slice(None), rows)
+    trial.expect_same(out_subset, out[index], allowance_subset, allowance.take(index),
+                      what="out(subset of queries)", versus="the same rows of the full output",
+                       script=_compare_script(f"fn(q[:, :, {rows.tolist()}], k, v, **p.kwargs())",
+                                              "queries subset", f"[:, :, {rows.tolist()}]"))
+
+
+@checks("positional-encoding-breaks-symmetry")
+@given(n=st.integers(2, 40), d=st.integers(2, 32), seed=st.integers(0, 2**32 - 1))
+def test_sinusoidal_encoding_breaks_equivariance(n, d, seed):
+    """Without encodings, swapping two tokens swaps two output rows; with them it does not."""
+    x = build(n_q=n, n_k=n, d=d, d_v=d, seed=seed).q[0, 0]
+    pe = sinusoidal_encoding(n, d)
+    perm = np.arange(n)
+    perm[[0, 1]] = [1, 0]
+
+    def self_attention(tokens):
+        t = tokens[None, None]
+        return forward_allowance(t, t, t, dtype="float64")
+
+    plain, plain_allowance = self_attention(x)
+    swapped, swapped_allowance = self_attention(x[perm])
+    gap = np.abs(swapped.out[0, 0] - plain.out[0, 0][perm])
+    slack = swapped_allowance.bound[0, 0] + plain_allowance.bound[0, 0][perm]
+    assert np.all(gap <= slack), "without encodings self-attention must be permutation-equivariant"
+    encoded, encoded_allowance = self_attention(x + pe)
+    swapped_encoded, swapped_encoded_allowance = self_attention(x[perm] + pe)
+    gap = np.abs(swapped_encoded.out[0, 0] - encoded.out[0, 0][perm])
+    slack = swapped_encoded_allowance.bound[0, 0] + encoded_allowance.bound[0, 0][perm]
+    assert np.any(gap > slack), "with sinusoidal encodings, swapping two tokens should change the output"
+
+
+@checks("rope-relative-positions")
+@given(d_half=st.integers(1, 32), m=st.integers(0, 4096), n=st.integers(0, 4096),
+       shift=st.integers(-4096, 4096), seed=st.integers(0, 2**32 - 1))
+def test_rope_scores_depend_on_offset_only(d_half, m, n, shift, seed):
+    assume(m + shift >= 0 and n + shift >= 0)
+    p = build(n_q=1, n_k=1, d=2 * d_half, seed=seed)
+    q, k = p.q[0, 0], p.k[0, 0]
+    score = (rotary_embedding(q, np.array([m])) @ rotary_embedding(k, np.array([n])).T).item()
+    shifted = (rotary_embedding(q, np.array([m + shift])) @ rotary_embedding(k, np.array([n + shift])).T).item()
+    top = max(m, n) + max(shift, 0)
+    allowed = rope_score_allowance(q, k, max(m, n)) + rope_score_allowance(q, k, top)
+    assert abs(score - shifted) <= allowed, (
+        f"score at positions ({m}, {n}) is {score!r} but at ({m + shift}, {n + shift}) it is {shifted!r}")

@@ -1,0 +1,99 @@
+"""FlashAttention's claims (seed 000 § Flash Attention): tiles equal the whole, scores are used once,
+partial results merge through the log-sum-exp."""
+
+from __future__ import annotations
+
+import functools
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.blocked import check_any_block_sizes
+from harness.markers import checks
+from harness.trial import Trial, as_numpy, problems_for
+from specs.problems import build
+from specs.reference import attention
+from specs.tolerance import Allowance, lse_allowance, merge_allowance
+
+MEMORY_N = 256
+
+
+@checks("tiled-equals-global")
+@pytest.mark.requires("tile_keywords")
+@given(data=st.data())
+def test_any_tiling_equals_global_attention(impl, data):
+    check_any_block_sizes(impl, data, impl.impl.capabilities.tile_keywords)
+
+
+def _peak_traced_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _peak_growth(fn, dtype: str) -> float:
+    """peak traced memory at n = 2 MEMORY_N over that at n = MEMORY_N (inputs allocated beforehand)."""
+    peaks = []
+    for n in (MEMORY_N, 2 * MEMORY_N):
+        problem = build(n_q=n, n_k=n, d=16, d_v=16)
+        q, k, v = (x.astype(dtype) for x in (problem.q, problem.k, problem.v))
+        peaks.append(_peak_traced_bytes(functools.partial(fn, q, k, v)))
+    return peaks[1] / peaks[0]
+
+
+@checks("scores-used-once")
+@pytest.mark.requires("tile_keywords")
+def test_tiled_forward_memory_grows_linearly(impl):
+    """Doubling n doubles the peak of a computation that keeps no n_q x n_k matrix, and quadruples it
+    for one that does: a growth factor below 3 (the midpoint) says the scores are used and dropped."""
+    if impl.impl.backend != "numpy":
+        pytest.skip("tracemalloc sees only NumPy's allocations; this implementation's backend is "
+                    f"{impl.impl.backend}")
+    growth = _peak_growth(impl.impl.fn, impl.dtype)
+    naive_growth = _peak_growth(lambda q, k, v: attention(q, k, v), impl.dtype)
+    assert naive_growth > 3, f"no power: the naive formula's peak grew only {naive_growth:.2f}x"
+    if growth >= 3:
+        Trial(impl, build(n_q=MEMORY_N, n_k=MEMORY_N, d=16, d_v=16)).fail(
+            "peak memory grows like the n_q x n_k score matrix",
+            details=(f"doubling n from {MEMORY_N} multiplied the peak traced memory by {growth:.2f} "
+                     f"(the naive formula: {naive_growth:.2f})",))
+
+
+@checks("online-softmax-merge")
+@pytest.mark.requires("lse")
+@given(data=st.data())
+def test_partial_results_merge_through_lse(impl, data):
+    problem = data.draw(problems_for(impl, min_n=2), label="problem")
+    cut = data.draw(st.integers(1, problem.n_k - 1), label="key split")
+    trial = Trial(impl, problem)
+    oracle, _ = trial.oracle()
+    parts, outs, lses, out_bounds, lse_bounds = [], [], [], [], []
+    for keys in (slice(0, cut), slice(cut, None)):
+        part = problem.replace(k=problem.k[:, :, keys], v=problem.v[:, :, keys])
+        raw = trial.call_raw(part, return_lse=True)
+        if not isinstance(raw, tuple) or len(raw) != 2:
+            trial.fail("declared lse=True but return_lse=True did not return (out, lse)", part)
+        out = trial.check_output(raw[0], part, call="out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)")
+        lse = as_numpy(raw[1])
+        part_oracle, part_allowance = trial.oracle(part)
+        exact = trial.exact_inputs(part)
+        lse_bound = lse_allowance(*exact, dtype=impl.dtype, oracle=part_oracle, **trial.oracle_kwargs(part))
+        trial.expect_close(lse.astype(np.float64), part_oracle.lse,
+                           Allowance(lse_bound, "specs.tolerance.lse_allowance"),
+                           what="lse", problem=part)
+        parts.append(part)
+        outs.append(out)
+        lses.append(lse.astype(np.float64))
+        out_bounds.append(part_allowance.bound)
+        lse_bounds.append(lse_bound)
+    total = np.logaddexp(*lses)
+    shares = [np.exp(lse - total) for lse in lses]
+    merged = sum(w[..., None] * o for w, o in zip(shares, outs, strict=True))
+    trial.expect_close(merged, oracle.out, merge_allowance(shares, outs, out_bounds, lse_bounds),
+                       what="out merged from two key blocks", versus="the float64 oracle over all keys")

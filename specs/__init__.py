@@ -1,0 +1,1 @@
+"""The specification: claim catalogue, float64 oracle, tolerance model, problem generators."""

@@ -1,0 +1,93 @@
+"""The seeds' worked examples as problems (their numbers are seeded: the seeds' figures hold none).
+
+Each returns a Problem whose repro line calls the same function, so a failure
+on an example is reproduced by one import.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from specs.problems import Problem, Recipe
+
+# Seed 001 § 注意力机制简介: 四不像 against 鹿, 牛, 羊, 驴, 青蛙.
+SIWUXIANG_WEIGHTS = (Fraction(1, 3), Fraction(1, 6), Fraction(1, 4), Fraction(1, 4), Fraction(0))
+SIWUXIANG_ANIMALS = ("deer", "cow", "sheep", "donkey", "frog")
+UNDERFLOW_GAP = 1000.0  # e^-1000 is 0 in float64, float32 and float16
+
+
+def _problem(q: np.ndarray, k: np.ndarray, v: np.ndarray, origin: str) -> Problem:
+    recipe = Recipe(batch=q.shape[0], heads=q.shape[1], heads_kv=k.shape[1], n_q=q.shape[2],
+                    n_k=k.shape[2], d=q.shape[3], d_v=v.shape[3])
+    return Problem(recipe, q, k, v, origin=f"examples.{origin}")
+
+
+def worked_example_000(seed: int) -> Problem:
+    """Seed 000 § 具体过程: X is 5x6 (5 tokens of 6 dims), W_Q, W_K, W_V are 6x4, Q, K, V are 5x4."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((5, 6))
+    q, k, v = (x @ rng.standard_normal((6, 4)) for _ in range(3))
+    return _problem(q[None, None], k[None, None], v[None, None], f"worked_example_000({seed})")
+
+
+def worked_example_001(seed: int) -> Problem:
+    """Seed 001 § 1.1: Q of length 3 against K, V of length 4, every element a length-2 row."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((1, 1, n, 2)) for n in (3, 4, 4))
+    return _problem(q, k, v, f"worked_example_001({seed})")
+
+
+def siwuxiang(seed: int, d_v: int) -> Problem:
+    """One query whose scores against the five animals are log(1/3), log(1/6), log(1/4), log(1/4)
+    and a frog score UNDERFLOW_GAP below the rest (weight 0 cannot come from a finite softmax score
+    any other way). d = 2 and the default scale 1/sqrt(2): key j = (sqrt(2) * score_j, 0)."""
+    scores = [math.log(w) if w else math.log(0.25) - UNDERFLOW_GAP for w in map(float, SIWUXIANG_WEIGHTS)]
+    q = np.array([[[[1.0, 0.0]]]])
+    k = np.array([[[[math.sqrt(2.0) * score, 0.0] for score in scores]]])
+    v = np.random.default_rng(seed).standard_normal((1, 1, len(scores), d_v))
+    return _problem(q, k, v, f"siwuxiang({seed}, {d_v})")
+
+
+def siwuxiang_expected(values: np.ndarray) -> np.ndarray:
+    """The seed's answer 1/3 deer + 1/6 cow + 1/4 sheep + 1/4 donkey + 0 frog, in float64."""
+    weights = np.array([float(w) for w in SIWUXIANG_WEIGHTS])
+    return weights @ values[0, 0]
+
+
+def gaussian_queries(samples: int, n_k: int, d: int, seed: int) -> Problem:
+    """`samples` independent batch entries of Gaussian q (n_k rows, so n_q = n_k) and Gaussian k.
+
+    Statistical properties use query row 0 of each entry: rows of one entry
+    share keys, entries do not, so the samples are independent.
+    """
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((samples, 1, n_k, d))
+    k = rng.standard_normal((samples, 1, n_k, d))
+    v = np.zeros((samples, 1, n_k, 1))
+    return _problem(q, k, v, f"gaussian_queries({samples}, {n_k}, {d}, {seed})")
+
+
+def projection_weights(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """W_Q, W_K, W_V, W_O for a problem read as multi-head attention over x_q = merge(q), x_kv = merge(k).
+
+    Shapes: W_Q (h d, h d), W_K (h_kv d, h_kv d), W_V (h_kv d, h_kv d_v), W_O (h d_v, h d); entries
+    N(0, 1/fan_in), seeded by the problem's recipe.
+    """
+    heads, heads_kv, d, d_v = problem.q.shape[1], problem.k.shape[1], problem.q.shape[3], problem.v.shape[3]
+    rng = np.random.default_rng(problem.recipe.seed + 1)
+    shapes = [(heads * d, heads * d), (heads_kv * d, heads_kv * d), (heads_kv * d, heads_kv * d_v),
+              (heads * d_v, heads * d)]
+    return tuple(rng.standard_normal(shape) / math.sqrt(shape[0]) for shape in shapes)
+
+
+def project(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v = heads of merge(q) W_Q, merge(k) W_K, merge(k) W_V (projection_weights)."""
+    from specs.reference import merge_heads, split_heads
+
+    w_q, w_k, w_v, _ = projection_weights(problem)
+    x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
+    heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
+    return split_heads(x_q @ w_q, heads), split_heads(x_kv @ w_k, heads_kv), split_heads(x_kv @ w_v, heads_kv)

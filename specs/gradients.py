@@ -1,0 +1,53 @@
+"""The oracle's backward pass, and complex-step derivatives to check it.
+
+Seed 002 § 3.1.1 (可微性: 保持端到端的梯度传播). With P = softmax(S), O = P V:
+  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dO * O)),
+  dQ = scale dS K,  dK = scale dS^T Q,
+summed over the query heads of a group for dK, dV.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specs.reference import attention, repeat_kv
+
+
+def _sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
+    b, h, n, d = x.shape
+    return x.reshape(b, heads_kv, h // heads_kv, n, d).sum(axis=2)
+
+
+def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dQ, dK, dV of <d_out, attention(q, k, v)> in the inputs' precision."""
+    result = attention(q, k, v, **kwargs)
+    heads_kv = k.shape[1]
+    group = q.shape[1] // heads_kv
+    k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
+    p = result.weights
+    d_v = _sum_groups(p.swapaxes(-1, -2) @ d_out, heads_kv)
+    d_p = d_out @ v_all.swapaxes(-1, -2)
+    d_s = p * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
+    d_q = result.scale * (d_s @ k_all)
+    d_k = _sum_groups(result.scale * (d_s.swapaxes(-1, -2) @ q), heads_kv)
+    return d_q, d_k, d_v
+
+
+def complex_step_derivative(q, k, v, directions, *, step: float = 1e-30, scale: float | None = None,
+                            mask: np.ndarray | None = None) -> np.ndarray:
+    """d/dt attention(q + t E_q, k + t E_k, v + t E_v) at t = 0, as Im f(x + i h E) / h.
+
+    No subtraction happens between nearby numbers, so the derivative is exact to
+    rounding for any tiny step. The row maximum is shifted off the real part only.
+    """
+    e_q, e_k, e_v = directions
+    group = q.shape[1] // k.shape[1]
+    qc, kc, vc = q + 1j * step * e_q, k + 1j * step * e_k, v + 1j * step * e_v
+    s = attention(q, k, v, scale=scale, mask=mask).scale
+    scores = (qc @ repeat_kv(kc, group).swapaxes(-1, -2)) * s
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    scores = scores - scores.real.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    return (weights @ repeat_kv(vc, group)).imag / step

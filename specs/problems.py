@@ -1,0 +1,214 @@
+"""Attention problems built deterministically from a small recipe.
+
+A recipe (sizes, a seed, a value style) rebuilds the same float64 arrays on any
+machine (NumPy's PCG64 stream is stable), so a failing property's smallest
+input is printed as one short `build(...)` call instead of a page of numbers.
+Transformations a property applies afterwards (a permutation, one-hot values)
+are recorded as code, so the repro snippet replays them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specs.validation import AttentionInputError
+
+# How q and k are drawn; each style stresses a different part of the computation.
+SCORE_STYLES = (
+    "normal",  # q, k ~ N(0, 1): ordinary scores of order 1
+    "integers",  # small integers: exact scores and exact ties
+    "large",  # scores of order 1e3: softmax overflows without the max subtraction
+    "huge",  # scores of order 3e4: weights are one-hot to working precision
+    "tiny",  # entries ~1e-20: scores underflow towards 0, weights nearly uniform
+    "spiky",  # one key per query aligned with it: a dominant score
+    "mixed",  # row magnitudes log-uniform in [1e-3, 1e3]
+)
+VALUE_STYLES = (
+    "normal",  # v ~ N(0, 1)
+    "integers",  # small integers
+    "large",  # |v| ~ 1e6
+    "offset",  # 1e3 + N(0, 1): catches weights that do not sum to one
+)
+MASK_LAYOUTS = ("full", "query_key", "key_padding")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything needed to rebuild a problem; its repr is valid Python."""
+
+    batch: int = 1
+    heads: int = 1
+    heads_kv: int = 1
+    n_q: int = 1
+    n_k: int = 1
+    d: int = 1
+    d_v: int = 1
+    seed: int = 0
+    score_style: str = "normal"
+    value_style: str = "normal"
+    scale: float | None = None
+    causal: bool = False
+    mask_layout: str | None = None  # None: no mask
+    mask_density: float = 0.5
+    empty_rows: bool = False  # keep fully masked rows instead of repairing them
+
+    def __post_init__(self) -> None:
+        sizes = {f: getattr(self, f) for f in ("batch", "heads", "heads_kv", "n_q", "n_k", "d", "d_v")}
+        for name, size in sizes.items():
+            if not isinstance(size, int) or size < 1:
+                raise AttentionInputError(f"recipe {name} must be a positive int, got {size!r}")
+        if self.heads % self.heads_kv:
+            raise AttentionInputError(f"heads={self.heads} is not a multiple of heads_kv={self.heads_kv}")
+        if self.score_style not in SCORE_STYLES:
+            raise AttentionInputError(f"unknown score_style {self.score_style!r}; one of {SCORE_STYLES}")
+        if self.value_style not in VALUE_STYLES:
+            raise AttentionInputError(f"unknown value_style {self.value_style!r}; one of {VALUE_STYLES}")
+        if self.mask_layout is not None and self.mask_layout not in MASK_LAYOUTS:
+            raise AttentionInputError(f"unknown mask_layout {self.mask_layout!r}; one of {MASK_LAYOUTS}")
+        if self.mask_layout is not None and self.causal:
+            raise AttentionInputError("a recipe has either a causal flag or a mask, not both")
+
+    def __repr__(self) -> str:
+        defaults = Recipe.__dataclass_fields__
+        parts = [f"{f}={getattr(self, f)!r}" for f in defaults
+                 if getattr(self, f) != defaults[f].default]
+        return f"build({', '.join(parts)})"
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """float64 q, k, v (+ mask) with the keyword arguments of CONTRACT 1."""
+
+    recipe: Recipe
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray | None = None
+    scale: float | None = None
+    causal: bool = False
+    steps: tuple[str, ...] = field(default=())
+    origin: str = ""  # Python expression that builds this problem; default: the recipe
+
+
+    def kwargs(self) -> dict:
+        """Only the keywords this problem uses, so impls lacking the others can be called."""
+        kw: dict = {}
+        if self.scale is not None:
+            kw["scale"] = self.scale
+        if self.causal:
+            kw["causal"] = True
+        if self.mask is not None:
+            kw["mask"] = self.mask
+        return kw
+
+    def replace(self, step: str | None = None, **changes) -> Problem:
+        """A derived problem; `step` is the Python line (acting on `p`) that derives it."""
+        if step is None:
+            args = ", ".join(f"{name}=..." for name in changes)
+            step = f"p = p.replace({args})  # see the property for the values"
+        return dataclasses.replace(self, steps=self.steps + (step,), **changes)
+
+    def scale_queries(self, factor: float) -> Problem:
+        """The same problem with every score multiplied by `factor` (q scaled)."""
+        return self.replace(f"p = p.scale_queries({factor!r})", q=self.q * factor)
+
+    @property
+    def n_q(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def n_k(self) -> int:
+        return self.k.shape[2]
+
+    def describe(self) -> str:
+        parts = [f"q {self.q.shape}", f"k {self.k.shape}", f"v {self.v.shape}",
+                 f"scale={self.scale}", f"causal={self.causal}"]
+        parts.append("mask=None" if self.mask is None else f"mask {self.mask.shape}")
+        return ", ".join(parts)
+
+    def code(self) -> str:
+        """Python lines that rebuild this problem as `p`."""
+        return "\n".join([f"p = {self.origin or repr(self.recipe)}", *self.steps])
+
+    def __repr__(self) -> str:
+        return "; ".join([self.origin or repr(self.recipe), *self.steps])
+
+
+def _scores_inputs(rng: np.random.Generator, r: Recipe) -> tuple[np.ndarray, np.ndarray]:
+    q_shape, k_shape = (r.batch, r.heads, r.n_q, r.d), (r.batch, r.heads_kv, r.n_k, r.d)
+    style = r.score_style
+    if style == "integers":
+        return rng.integers(-3, 4, q_shape).astype(float), rng.integers(-3, 4, k_shape).astype(float)
+    q, k = rng.standard_normal(q_shape), rng.standard_normal(k_shape)
+    if style == "large":
+        return q * np.sqrt(1e3), k * np.sqrt(1e3)
+    if style == "huge":
+        return q * np.sqrt(3e4), k * np.sqrt(3e4)
+    if style == "tiny":
+        return q * 1e-20, k * 1e-20
+    if style == "mixed":
+        return (q * 10.0 ** rng.uniform(-3, 3, q_shape[:-1] + (1,)),
+                k * 10.0 ** rng.uniform(-3, 3, k_shape[:-1] + (1,)))
+    if style == "spiky":
+        group = r.heads // r.heads_kv
+        for b in range(r.batch):
+            for h in range(r.heads_kv):
+                for i in range(r.n_q):
+                    j = int(rng.integers(r.n_k))
+                    k[b, h, j] = 4.0 * q[b, h * group, i]
+    return q, k
+
+
+def _values(rng: np.random.Generator, r: Recipe) -> np.ndarray:
+    shape = (r.batch, r.heads_kv, r.n_k, r.d_v)
+    if r.value_style == "integers":
+        return rng.integers(-5, 6, shape).astype(float)
+    v = rng.standard_normal(shape)
+    if r.value_style == "large":
+        return v * 1e6
+    if r.value_style == "offset":
+        return v + 1e3
+    return v
+
+
+def _mask(rng: np.random.Generator, r: Recipe) -> np.ndarray | None:
+    if r.mask_layout is None:
+        return None
+    shape = {"full": (r.batch, r.heads, r.n_q, r.n_k),
+             "query_key": (r.n_q, r.n_k),
+             "key_padding": (r.batch, 1, 1, r.n_k)}[r.mask_layout]
+    mask = rng.random(shape) < r.mask_density
+    if not r.empty_rows:
+        rows = mask.reshape(-1, r.n_k)
+        for row in np.flatnonzero(~rows.any(axis=1)):
+            rows[row, rng.integers(r.n_k)] = True
+    return mask
+
+
+def build(**fields) -> Problem:
+    """Rebuild the problem a recipe describes (the repro snippets call this)."""
+    recipe = Recipe(**fields)
+    rng = np.random.default_rng(recipe.seed)
+    q, k = _scores_inputs(rng, recipe)
+    v = _values(rng, recipe)
+    mask = _mask(rng, recipe)
+    return Problem(recipe, q, k, v, mask=mask, scale=recipe.scale, causal=recipe.causal)
+
+
+def one_hot_values(k_shape: tuple[int, ...], d_v: int) -> np.ndarray:
+    """Values whose row j is the unit vector e_j (padded with zeros to d_v >= n_k).
+
+    With these values, output row i is exactly the weight row P_i: a weighted
+    sum of one-hot rows involves only products with 1 and sums with 0, which
+    are exact in floating point. This is how the suite observes the weights of
+    an implementation that only returns its output.
+    """
+    batch, heads_kv, n_k, _ = k_shape
+    if d_v < n_k:
+        raise AttentionInputError(f"one-hot values need d_v >= n_k, got d_v={d_v} < n_k={n_k}")
+    v = np.zeros((batch, heads_kv, n_k, d_v))
+    v[:, :, np.arange(n_k), np.arange(n_k)] = 1.0
+    return v

@@ -1,0 +1,171 @@
+"""The oracle: scaled dot-product attention written as the seeds state it.
+
+Seed 000 § 注意力机制的Q、K、V: Attention(Q,K,V) = softmax(QK^T / sqrt(d_k)) V.
+The same code run on float64 input is the oracle every property compares with;
+run on float32 or float16 input it is the "naive implementation in the same
+precision" that FlashAttention's error rule measures against (specs.tolerance).
+
+Conventions (recorded as claims in specs/claims.toml):
+- scale=None means 1/sqrt(d);
+- causal top-left: query i sees keys j <= i; bottom-right: j <= i + n_k - n_q;
+- a row with no visible key (fully masked) has zero weights, zero output and
+  log-sum-exp -inf, as FlashAttention and current PyTorch do;
+- query head h reads kv head h // (heads // heads_kv) (MQA / GQA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specs.validation import (
+    AttentionInputError,
+    AttentionShape,
+    check_causal,
+    check_mask,
+    check_shapes,
+    resolve_scale,
+)
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """Everything the oracle knows about one attention call."""
+
+    out: np.ndarray  # (batch, heads, n_q, d_v)
+    weights: np.ndarray  # (batch, heads, n_q, n_k), rows sum to 1 (0 when fully masked)
+    lse: np.ndarray  # (batch, heads, n_q): log sum_j exp(score_ij); -inf when fully masked
+    scores: np.ndarray  # scaled scores, -inf where a key may not be attended
+    allowed: np.ndarray | None  # boolean visibility, None when every key is visible
+    scale: float
+
+
+def repeat_kv(x: np.ndarray, group: int) -> np.ndarray:
+    """Give every query head its kv head: kv head g serves query heads g*group .. g*group+group-1."""
+    return np.repeat(x, group, axis=1) if group > 1 else x
+
+
+def visible_keys(
+    shape: AttentionShape,
+    *,
+    causal: bool,
+    causal_alignment: str,
+    mask: np.ndarray | None,
+) -> np.ndarray | None:
+    """Boolean (batch, heads, n_q, n_k): may query i attend to key j? None means all may."""
+    allowed = None
+    if causal:
+        offset = 0 if causal_alignment == "top_left" else shape.n_k - shape.n_q
+        rows = np.arange(shape.n_q)[:, None]
+        cols = np.arange(shape.n_k)[None, :]
+        allowed = np.broadcast_to(cols <= rows + offset, shape.scores_shape)
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    return allowed
+
+
+def attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    mask: np.ndarray | None = None,
+) -> AttentionResult:
+    """softmax(q k^T * scale) v in the inputs' precision, with weights and log-sum-exp."""
+    shape = check_shapes(q, k, v)
+    check_causal(causal, causal_alignment)
+    mask = check_mask(mask, shape)
+    s = resolve_scale(scale, shape.d)
+    dtype = np.result_type(q, k, v)
+    q, k, v = (x.astype(dtype, copy=False) for x in (q, k, v))
+    k_all, v_all = repeat_kv(k, shape.group), repeat_kv(v, shape.group)
+
+    scores = np.matmul(q, k_all.swapaxes(-1, -2)) * s
+    allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask)
+    if allowed is not None:
+        scores = np.where(allowed, scores, dtype.type(-np.inf))
+
+    row_max = scores.max(axis=-1, keepdims=True)
+    has_key = np.isfinite(row_max)
+    shift = np.where(has_key, row_max, dtype.type(0))
+    unnormalised = np.exp(scores - shift)
+    total = unnormalised.sum(axis=-1, keepdims=True)
+    weights = unnormalised / np.where(has_key, total, dtype.type(1))
+    with np.errstate(divide="ignore"):
+        lse = np.where(has_key, shift + np.log(total), dtype.type(-np.inf))[..., 0]
+    out = np.matmul(weights, v_all)
+    return AttentionResult(out, weights, lse, scores, allowed, s)
+
+
+def attention_output(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """The oracle behind CONTRACT 1's signature (top-left causal alignment)."""
+    return attention(q, k, v, scale=scale, causal=causal, mask=mask).out
+
+
+def split_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    """(batch, n, heads*d) -> (batch, heads, n, d): seed 001 § 1.3 multi_head_split."""
+    if x.ndim != 3:
+        raise AttentionInputError(f"split_heads expects (batch, n, features), got shape {x.shape}")
+    if heads < 1 or x.shape[-1] % heads:
+        raise AttentionInputError(f"features={x.shape[-1]} do not split into {heads} heads")
+    b, n, features = x.shape
+    return x.reshape(b, n, heads, features // heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """(batch, heads, n, d) -> (batch, n, heads*d): seed 001 § 1.3 multi_head_merge."""
+    if x.ndim != 4:
+        raise AttentionInputError(f"merge_heads expects (batch, heads, n, d), got shape {x.shape}")
+    b, h, n, d = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, n, h * d)
+
+
+def multi_head_attention(
+    x_q: np.ndarray,
+    x_kv: np.ndarray,
+    w_q: np.ndarray,
+    w_k: np.ndarray,
+    w_v: np.ndarray,
+    w_o: np.ndarray,
+    *,
+    heads: int,
+    heads_kv: int | None = None,
+    core=attention_output,
+    **core_kwargs,
+) -> np.ndarray:
+    """Project, split into heads, attend per head with `core`, concatenate, project by W_O.
+
+    Seed 003 § 第三个概念 多头 and seed 001 § 2.1: q, k, v come from three linear
+    maps of the input; the heads' outputs are concatenated and multiplied by W_O.
+    `core` is any CONTRACT 1 implementation, the oracle by default.
+    """
+    heads_kv = heads if heads_kv is None else heads_kv
+    for name, x in (("x_q", x_q), ("x_kv", x_kv)):
+        if x.ndim != 3:
+            raise AttentionInputError(f"{name} must be (batch, n, d_model), got shape {x.shape}")
+    d_model = x_q.shape[-1]
+    for name, w, rows in (("w_q", w_q, d_model), ("w_k", w_k, x_kv.shape[-1]),
+                          ("w_v", w_v, x_kv.shape[-1])):
+        if w.ndim != 2 or w.shape[0] != rows:
+            raise AttentionInputError(f"{name} must have {rows} rows, got shape {w.shape}")
+    q = split_heads(x_q @ w_q, heads)
+    k = split_heads(x_kv @ w_k, heads_kv)
+    v = split_heads(x_kv @ w_v, heads_kv)
+    concatenated = merge_heads(np.asarray(core(q, k, v, **core_kwargs)))
+    if w_o.ndim != 2 or w_o.shape[0] != concatenated.shape[-1]:
+        raise AttentionInputError(
+            f"w_o must have heads*d_v = {concatenated.shape[-1]} rows, got shape {w_o.shape}"
+        )
+    return concatenated @ w_o

@@ -1,0 +1,36 @@
+"""Statistical tests for the suite's statistical claims: fixed seeds, tiny false-alarm rates, shown power.
+
+ALPHA is the false-alarm probability of one test. A run performs at most a few
+hundred statistical tests (four statistical properties, each a handful of
+tests, on each implementation variant), so by the union bound the run's
+false-alarm rate stays below 1000 * ALPHA = 1e-6. Each property also applies
+the same test to data from a wrong hypothesis and requires it to reject: the
+demonstration of power.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 1e-9
+
+
+def unit_normal_variance_pvalue(z: np.ndarray) -> float:
+    """Two-sided p-value of H0: z are iid N(0, 1), by sum(z^2) ~ chi-square(len(z))."""
+    z = np.asarray(z, dtype=np.float64).ravel()
+    statistic = float(np.sum(z * z))
+    lower, upper = stats.chi2.cdf(statistic, z.size), stats.chi2.sf(statistic, z.size)
+    return min(1.0, 2 * min(lower, upper))
+
+
+def hoeffding_radius(samples: int, value_range: float = 1.0, alpha: float = ALPHA) -> float:
+    """t with P(|mean - E| >= t) <= alpha for `samples` iid values in an interval of width value_range."""
+    return value_range * math.sqrt(math.log(2 / alpha) / (2 * samples))
+
+
+def binomial_pvalue(successes: int, trials: int, p: float) -> float:
+    """Two-sided exact binomial p-value of H0: successes ~ Binomial(trials, p)."""
+    return float(stats.binomtest(successes, trials, p).pvalue)

@@ -1,0 +1,123 @@
+"""Hypothesis strategies for attention problems.
+
+Sizes deliberately reach past tile sizes: lengths 1, 2, 3, odd lengths, lengths
+just below and above 16/32/64/128 and any block size a property chooses,
+n_q != n_k, head dims that are not powers of two, grouped kv heads. Values come
+from the styles in specs.problems, from tiny to scores of 3e4. Every draw
+shrinks towards the smallest, plainest problem (n = 1, d = 1, style "normal",
+seed 0), so a failure is reported on the simplest input that still fails.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from hypothesis import strategies as st
+
+from specs.problems import MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
+
+MAX_N = 130  # past 128, the largest power-of-two tile size drawn
+MAX_TILES = 1024  # tile loops in Python stay fast enough for a property run
+TILE_BOUNDARIES = (16, 32, 64, 128)
+SCALES = (1.0, 0.5, 2.0, 0.125, 10.0, 1e-3)
+# float16 holds neither |v| ~ 1e6 nor products of entries ~1e3: keep its inputs representable.
+UNREPRESENTABLE = {"float16": {"score_style": ("huge",), "value_style": ("large",)}}
+
+
+def lengths(max_n: int = MAX_N, *, min_n: int = 1, near: Iterable[int] = ()) -> st.SearchStrategy[int]:
+    """Sequence lengths, favouring 1, 2, 3 and values around tile boundaries."""
+    special = {1, 2, 3, 5, 7}
+    for b in (*TILE_BOUNDARIES, *near):
+        special |= {b - 1, b, b + 1, 2 * b + 1}
+    chosen = sorted(n for n in special if min_n <= n <= max_n)
+    return st.one_of(st.sampled_from(chosen), st.integers(min_n, max_n))
+
+
+def head_dims(max_d: int = 80) -> st.SearchStrategy[int]:
+    """Head dimensions, many of them not powers of two."""
+    special = [d for d in (1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 24, 31, 32, 33, 48, 64, 65, 80) if d <= max_d]
+    return st.one_of(st.sampled_from(special), st.integers(1, max_d))
+
+
+def block_sizes(max_block: int = 65) -> st.SearchStrategy[int]:
+    """Tile sizes including 1 and sizes that divide nothing."""
+    return st.one_of(st.sampled_from([1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, 64, 65]),
+                     st.integers(1, max_block))
+
+
+def tile_limit(blocks: Iterable[int]) -> int:
+    """Longest sequence for which every tiling in `blocks` stays within MAX_TILES tiles."""
+    return max(1, min(MAX_N, int(min(blocks, default=MAX_N) * math.sqrt(MAX_TILES))))
+
+
+@st.composite
+def problems(
+    draw,
+    *,
+    caps=None,
+    dtype: str = "float64",
+    causal: bool = False,
+    masked: bool = False,
+    scale: bool = True,
+    max_n: int = MAX_N,
+    min_n: int = 1,
+    near: tuple[int, ...] = (),
+    score_styles: tuple[str, ...] = SCORE_STYLES,
+    value_styles: tuple[str, ...] = VALUE_STYLES,
+    empty_rows: bool = False,
+    max_d: int = 80,
+    weights_visible: bool = False,
+    different_lengths: bool = False,
+) -> Problem:
+    """A problem an implementation with capabilities `caps` can be asked to solve in `dtype`.
+
+    causal / masked ask for those features (the caller checks the capability);
+    scale=True lets an explicit scale be drawn when the implementation takes one;
+    weights_visible=True keeps d >= n_k when d_v must equal d, so one-hot
+    values (specs.problems.one_hot_values) fit; different_lengths=True forces
+    n_q != n_k (cross-attention).
+    """
+    banned = UNREPRESENTABLE.get(dtype, {})
+    score_styles = tuple(s for s in score_styles if s not in banned.get("score_style", ()))
+    value_styles = tuple(s for s in value_styles if s not in banned.get("value_style", ()))
+    gqa = caps is None or caps.gqa
+    cross = caps is None or caps.cross
+    value_dim = caps is None or caps.value_dim
+    bottom_right = caps is not None and caps.causal_alignment == "bottom_right"
+
+    n_q = draw(lengths(max_n, min_n=min_n, near=near))
+    if different_lengths:
+        n_k = draw(lengths(max_n, min_n=min_n, near=near).filter(lambda n: n != n_q))
+    elif cross and draw(st.booleans()):
+        n_k = draw(lengths(max_n, min_n=min_n, near=near))
+    else:
+        n_k = n_q
+    if causal and bottom_right and not empty_rows and n_q > n_k:
+        n_q, n_k = n_k, n_q  # bottom-right alignment hides every key from the first n_q - n_k rows
+    d = draw(head_dims(max_d))
+    if weights_visible and not value_dim:
+        d = max(d, n_k)
+    d_v = draw(head_dims(max_d)) if value_dim and draw(st.booleans()) else d
+    heads_kv = draw(st.integers(1, 3))
+    group = draw(st.sampled_from([1, 2, 3])) if gqa else 1
+    recipe = dict(
+        batch=draw(st.integers(1, 2)),
+        heads=heads_kv * group,
+        heads_kv=heads_kv,
+        n_q=n_q,
+        n_k=n_k,
+        d=d,
+        d_v=d_v,
+        score_style=draw(st.sampled_from(score_styles)),
+        value_style=draw(st.sampled_from(value_styles)),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        causal=causal,
+        empty_rows=empty_rows,
+    )
+    if scale and (caps is None or caps.scale) and draw(st.booleans()):
+        recipe["scale"] = draw(st.one_of(st.sampled_from(SCALES), st.floats(1e-3, 10.0)))
+    if masked:
+        recipe["mask_layout"] = draw(st.sampled_from(MASK_LAYOUTS))
+        recipe["mask_density"] = draw(st.sampled_from([0.5, 0.1, 0.9]))
+    return build(**recipe)

@@ -1,0 +1,299 @@
+"""The one tolerance model: how far an implementation's output may be from the oracle.
+
+Both rules rest on one first-order error analysis of softmax(S) V. Write u for
+the unit roundoff, s the scale, A_i = |s| max_j sum_l |q_il| |k_jl| over the keys
+row i may see, O the exact output, P the exact weights, and
+sigma_ic = sqrt(sum_j P_ij (v_jc - O_ic)^2), the spread of the values under P.
+* Score errors. If the scores carry absolute errors dS_ij, then exactly to first
+  order dO_i = sum_j P_ij (dS_ij - dS_i) (v_j - O_i), dS_i = sum_j P_ij dS_ij,
+  so |dO_ic| <= 2 max_j |dS_ij| sigma_ic (Cauchy-Schwarz). Errors common to a
+  row (the running maximum) cancel, and exp's own relative error (<= 1 ulp,
+  counted as 2u) acts the same way.
+* Accumulation errors. The row sum, the normalisation (or the online
+  rescalings) and the weighted sum, in any order, serial included, add at most
+  (3 n_k + 4) u of relative error to sum_j P_ij |v_jc|, i.e. to (P|V|)_ic.
+
+float64: an a-priori worst-case bound. Each score is a length-d dot product plus
+  the scale multiplication, the maximum subtraction and the rescaling exponent
+  (arguments bounded by 2 A_i): |dS_ij| <= (d + 6) u A_i. So
+    bound_ic = SAFETY * (2 (d + 6) u A_i sigma_ic + (3 n_k + 4) u (P|V|)_ic) + floor
+  with SAFETY = 2 for the neglected second-order terms and floor =
+  n_k * tiny * max|v| for weights in the subnormal range (an implementation may
+  flush them to zero). Worst-case, so correct float64 code never exceeds it; yet
+  ~1e8 times below float32 rounding, so a float64 implementation that computes
+  any step in float32 is caught on ordinary inputs.
+
+float32 / float16: FlashAttention's rule. The implementation's largest error may
+  be K_FORWARD = 2 times the largest error of the naive formula
+  (specs.reference.attention) run in the same precision on the same inputs, plus
+    floor_ic = 2 sqrt(d) u A_i sigma_ic + (3 n_k + 4) u (P|V|)_ic,
+  the error any correct implementation may make whatever the naive run happened
+  to make: its scores carry the rounding of a length-d dot product in its own
+  summation order (sqrt(d) u A_i, the probabilistic estimate of Higham,
+  "Accuracy and Stability of Numerical Algorithms", 2nd ed. § 2.8), and it may
+  accumulate in any order. A single naive run is one sample of that error: on
+  rows whose top scores nearly tie at large magnitude, or with a serial
+  accumulation, an equally correct implementation lands several times above it
+  (measured: torch SDPA 3.4x, online softmax with B_c = 1 7.8x), which is
+  exactly what the floor covers. A float32 implementation that computes in
+  float16 still exceeds the rule by 4x to 10^9x on the same inputs.
+
+Every comparison in the suite asks this module for its allowance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specs.reference import AttentionResult, attention, repeat_kv
+
+SAFETY = 2.0
+K_FORWARD = 2.0
+SUPPORTED_DTYPES = ("float64", "float32", "float16")
+
+
+class ToleranceUndefined(ValueError):
+    """The naive low-precision baseline itself is not finite, so the rule has nothing to scale."""
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """Allowed |got - oracle| per output element, with the rule that produced it."""
+
+    bound: np.ndarray  # same shape as the output it bounds
+    rule: str
+
+    def __add__(self, other: Allowance) -> Allowance:
+        return Allowance(self.bound + other.bound, f"({self.rule}) + ({other.rule})")
+
+    def take(self, index: tuple) -> Allowance:
+        """The allowance of a sub-array (same indexing as applied to the output)."""
+        return Allowance(self.bound[index], self.rule)
+
+
+def unit_roundoff(dtype: np.dtype | str) -> float:
+    return float(np.finfo(np.dtype(dtype)).eps) / 2
+
+
+def _first_order_terms(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray):
+    """A_i (..., n_q, 1), sigma (..., n_q, d_v) and P|V| (..., n_q, d_v) of the analysis above."""
+    u = unit_roundoff(np.float64)
+    group = q.shape[1] // k.shape[1]
+    v_all = repeat_kv(v, group)
+    magnitudes = abs(result.scale) * (np.abs(q) @ np.abs(repeat_kv(k, group)).swapaxes(-1, -2))
+    if result.allowed is not None:
+        magnitudes = np.where(result.allowed, magnitudes, 0.0)
+    row_magnitude = magnitudes.max(axis=-1, keepdims=True)
+    second_moment = result.weights @ (v_all * v_all)
+    # sum_j P_ij v_j^2 - O_i^2 loses up to (n_k + 2) u * second_moment to cancellation: add it back.
+    variance = np.maximum(second_moment - result.out ** 2, 0.0) + (k.shape[2] + 2) * u * second_moment
+    return row_magnitude, np.sqrt(variance), result.weights @ np.abs(v_all)
+
+
+def _float64_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Allowance:
+    u = unit_roundoff(np.float64)
+    n_k, d = k.shape[2], q.shape[3]
+    row_magnitude, spread, abs_weighted = _first_order_terms(result, q, k, v)
+    floor = n_k * np.finfo(np.float64).tiny * float(np.abs(v).max())
+    bound = SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4) * u * abs_weighted) + floor
+    return Allowance(bound, "float64 a-priori bound 2*(2(d+6)u*A_i*sigma + (3n_k+4)u*P|V|)")
+
+
+def _low_precision_bound(
+    result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype: np.dtype, kwargs: dict
+) -> Allowance:
+    with np.errstate(all="ignore"):
+        naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).out
+    if not np.all(np.isfinite(naive)):
+        raise ToleranceUndefined(f"the naive {dtype} formula overflows on this input")
+    naive_error = float(np.max(np.abs(naive.astype(np.float64) - result.out)))
+    u = unit_roundoff(dtype)
+    n_k, d = k.shape[2], q.shape[3]
+    row_magnitude, spread, abs_weighted = _first_order_terms(result, q, k, v)
+    floor = 2 * math.sqrt(d) * u * row_magnitude * spread + (3 * n_k + 4) * u * abs_weighted
+    return Allowance(
+        K_FORWARD * naive_error + floor,
+        f"{dtype}: {K_FORWARD:g} x naive {dtype} error ({naive_error:.3g}) + floor "
+        "2 sqrt(d) u A_i sigma + (3n_k+4)u P|V|",
+    )
+
+
+def forward_allowance(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    dtype: np.dtype | str,
+    oracle: AttentionResult | None = None,
+    **kwargs,
+) -> tuple[AttentionResult, Allowance]:
+    """The float64 oracle for these inputs and the error allowed to an impl computing in `dtype`.
+
+    q, k, v are the values the implementation received, held in float64
+    (inputs already rounded to `dtype` and back), so input rounding is not
+    charged to the implementation.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.name not in SUPPORTED_DTYPES:
+        raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
+    result = oracle if oracle is not None else attention(q, k, v, **kwargs)
+    if dtype == np.float64:
+        return result, _float64_bound(result, q, k, v)
+    return result, _low_precision_bound(result, q, k, v, dtype, kwargs)
+
+
+def product_allowance(left_allowance: Allowance, left: np.ndarray, right: np.ndarray) -> Allowance:
+    """Allowance for left @ right (computed in float64) when `left` is known to within `left_allowance`.
+
+    |L R - L* R| <= |L - L*| |R| + gamma_n |L| |R|, the second term being the
+    float64 product's own rounding (n = the contracted length, counted twice).
+    """
+    n = right.shape[-2]
+    u = unit_roundoff(np.float64)
+    abs_right = np.abs(right)
+    bound = left_allowance.bound @ abs_right + 2 * n * u * (np.abs(left) @ abs_right)
+    return Allowance(bound, f"({left_allowance.rule}) carried through a product")
+
+
+def row_sum_allowance(weights_allowance: Allowance, weights: np.ndarray) -> Allowance:
+    """Allowance for the row sums of weights known to within `weights_allowance` (shape (..., 1))."""
+    return product_allowance(weights_allowance, weights, np.ones((weights.shape[-1], 1)))
+
+
+def dot_product_allowance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Allowed error of the float64 products a @ b.T: gamma_{d+1} |a| |b|^T (Higham § 3.1)."""
+    d = a.shape[-1]
+    return (d + 1) * unit_roundoff(np.float64) * (np.abs(a) @ np.abs(b).swapaxes(-1, -2))
+
+
+def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> float:
+    """Allowed error of one rotary score rot(q, m) . rot(k, n) with positions up to `max_position`.
+
+    Each angle position * base^(-2i/d) <= max_position is rounded (product and pow,
+    2u relative) and its sine and cosine carry 1 ulp: a rotated vector moves by at
+    most (2 max_position + 3) u |x|. With the dot product's gamma_{d+1}:
+    |error| <= (d + 7 + 4 max_position) u |q| |k|.
+    """
+    d = q.shape[-1]
+    norms = float(np.linalg.norm(q) * np.linalg.norm(k))
+    return (d + 7 + 4 * max_position) * unit_roundoff(np.float64) * norms
+
+
+def lse_allowance(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, dtype: np.dtype | str, oracle: AttentionResult, **kwargs
+) -> np.ndarray:
+    """Allowed |lse_i - oracle lse_i| (shape (..., n_q)) for an implementation computing in `dtype`.
+
+    lse = m + log(l): the row maximum carries the score error, log(l) the row
+    sum's relative error (n_k u, plus 1 ulp of exp and log), the final sum 1 ulp
+    of |lse|. float64: SAFETY * ((d + 6) u A_i + (n_k + 4) u + u |lse_i|).
+    Lower precisions: K_FORWARD x the naive formula's largest lse error plus
+    sqrt(d) u A_i + (n_k + 4) u + u |lse_i|, as for the output.
+    """
+    dtype = np.dtype(dtype)
+    u = unit_roundoff(dtype)
+    n_k, d = k.shape[2], q.shape[3]
+    row_magnitude = _first_order_terms(oracle, q, k, v)[0][..., 0]
+    finite = np.isfinite(oracle.lse)
+    magnitude = np.where(finite, np.abs(oracle.lse), 0.0)
+    if dtype == np.float64:
+        return SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude)
+    with np.errstate(all="ignore"):
+        naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
+    if not np.all(np.isfinite(naive) == finite):
+        raise ToleranceUndefined(f"the naive {dtype} log-sum-exp overflows on this input")
+    naive_error = float(np.max(np.abs(np.where(finite, naive - oracle.lse, 0.0)), initial=0.0))
+    return K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude
+
+
+def merge_allowance(
+    shares: list[np.ndarray], outs: list[np.ndarray], out_bounds: list[np.ndarray], lse_bounds: list[np.ndarray]
+) -> Allowance:
+    """Allowance for O = sum_b w_b O_b with w_b = exp(lse_b - lse), from parts known to within bounds.
+
+    A lse error e_b moves w_b by w_b (e_b + max_c e_c) to first order, so
+    |dO| <= sum_b w_b |dO_b| + 2 max_b e_b sum_b w_b |O_b| + the float64 merge's own
+    rounding (8u relative).
+    """
+    u = unit_roundoff(np.float64)
+    worst_lse = np.max(np.stack(lse_bounds), axis=0)[..., None]
+    magnitude = sum(w[..., None] * np.abs(o) for w, o in zip(shares, outs, strict=True))
+    bound = sum(w[..., None] * b for w, b in zip(shares, out_bounds, strict=True))
+    bound = bound + (2 * worst_lse + 8 * u) * magnitude
+    return Allowance(bound, "merge of partial attentions: sum_b w_b a_b + 2 max_b e_b sum_b w_b |O_b|")
+
+
+def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float | None = None,
+                                     mask: np.ndarray | None = None) -> float:
+    """Allowed |<dO, J E>_complex-step - <grad, E>_analytic| in float64.
+
+    With P the weights and |E_S| = |s| (|E_q| |K|^T + |Q| |E_k|^T) the size of the
+    score perturbation, every term of either computation is bounded by
+    G_ic = sum_j P_ij (|E_v,jc| + (|E_S,ij| + sum_l P_il |E_S,il|) |v_jc|), so both
+    are within (n_k + d + d_v + 10) u M of the exact value, M = sum |dO| G.
+    The bound allows SAFETY times the sum of the two.
+    """
+    e_q, e_k, e_v = directions
+    result = attention(q, k, v, scale=scale, mask=mask)
+    group = q.shape[1] // k.shape[1]
+    k_all, v_all, ek_all, ev_all = (repeat_kv(x, group) for x in (k, v, e_k, e_v))
+    s = abs(result.scale)
+    e_s = s * (np.abs(e_q) @ np.abs(k_all).swapaxes(-1, -2) + np.abs(q) @ np.abs(ek_all).swapaxes(-1, -2))
+    p = result.weights
+    spread = p @ np.abs(ev_all) + (p * e_s) @ np.abs(v_all) + (p * e_s).sum(-1, keepdims=True) * (p @ np.abs(v_all))
+    magnitude = float(np.sum(np.abs(d_out) * spread))
+    n_k, d, d_v = k.shape[2], q.shape[3], v.shape[3]
+    return SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude
+
+
+def entropy_allowance(n: int) -> float:
+    """Allowed error of the float64 entropy of a softmax over n entries.
+
+    Each p_i carries relative error <= (n + 4) u, so |dH| <= sum_i |dp_i| (|log p_i| + 1)
+    <= (n + 4) u (H + 1) <= (n + 4) u (log n + 1); SAFETY for the log's own rounding.
+    """
+    return SAFETY * (n + 4) * unit_roundoff(np.float64) * (math.log(n) + 1)
+
+
+def unit_vector_allowance(d: int) -> float:
+    """Allowed error of a.b, |a - b|^2 or cos(a, b) for float64 unit vectors of length d.
+
+    Normalising leaves |a| within (d + 2) u of 1, the dot product adds gamma_d, and
+    the cosine's division 2u: SAFETY * (2 d + 6) u covers any of them.
+    """
+    return SAFETY * (2 * d + 6) * unit_roundoff(np.float64)
+
+
+def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, score_error: np.ndarray,
+                                 **kwargs) -> Allowance:
+    """Allowance for float64 softmax(S + E) V against the oracle when |E_ij| <= score_error_i (..., n_q, 1).
+
+    The first-order analysis above with a given score error instead of the
+    dot product's: SAFETY * (2 score_error_i sigma_ic + (3 n_k + 4) u (P|V|)_ic).
+    """
+    result = attention(q, k, v, **kwargs)
+    _, spread, abs_weighted = _first_order_terms(result, q, k, v)
+    u = unit_roundoff(np.float64)
+    bound = SAFETY * (2 * score_error * spread + (3 * k.shape[2] + 4) * u * abs_weighted)
+    return Allowance(bound, "first-order bound for a given score error")
+
+
+def metamorphic_allowance(first: Allowance, second: Allowance, out_first: np.ndarray, out_second: np.ndarray,
+                          *, n_k: int, dtype: np.dtype | str) -> Allowance:
+    """Allowance for |out_first - out_second|, two outputs of one implementation that should agree.
+
+    If the implementation is correct, each output is within its oracle allowance
+    and the oracles agree: first + second bounds the gap (triangle inequality).
+    The last term, (3 n_k + 4) u (|out_first| + |out_second|), bounds the rounding
+    of whatever the implementation computes, so a metamorphic property never
+    blames an implementation whose output is not attention (another claim's
+    failure) for the rounding of that output. For a correct implementation
+    |out| <= P|V| and the term is already part of each allowance: it loosens
+    nothing by more than a factor 2.
+    """
+    u = unit_roundoff(dtype)
+    own = (3 * n_k + 4) * u * (np.abs(out_first) + np.abs(out_second))
+    return Allowance(first.bound + second.bound + own, f"({first.rule}) + ({second.rule}) + own rounding")
