@@ -7,6 +7,7 @@ Options (CONTRACT 1 and 2, DESIGN.md):
                      cupy; repeatable; env ATTN_BACKENDS)
   --report DIR       write report.json, report.md and report.html
   --impl-timeout S   a single implementation call longer than this fails
+  --impl-properties-only   deselect the checks of the oracle and of seed code
 Profiles (--hypothesis-profile or HYPOTHESIS_PROFILE): dev (default), ci, thorough.
 """
 
@@ -39,3 +40,5 @@ def pytest_addoption(parser) -> None:
                     help="write report.json, report.md and report.html to DIR")
     group.addoption("--impl-timeout", type=float, default=20.0, metavar="SECONDS",
                     help="fail an implementation call that runs longer than this (default 20)")
+    group.addoption("--impl-properties-only", action="store_true",
+                    help="run only properties that take an implementation (skip oracle and seed-code checks)")

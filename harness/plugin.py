@@ -119,6 +119,11 @@ def _name(subject: Variant | str) -> str:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     state = config.stash[STATE]
+    if config.getoption("impl_properties_only"):
+        dropped = [item for item in items if isinstance((_claims_and_subject(item) or (0, ORACLE))[1], str)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item not in dropped]
     for item in items:
         found = _claims_and_subject(item)
         if found:

@@ -83,6 +83,12 @@ def test_seed001_three_queries_four_keys(impl, seed):
                            what="row sums of the 3x4 weights", versus="1", problem=observed.problem)
 
 
+@checks("siwuxiang-weights-sum-to-one")
+def test_siwuxiang_weights_form_a_distribution():
+    assert all(w >= 0 for w in examples.SIWUXIANG_WEIGHTS)
+    assert sum(examples.SIWUXIANG_WEIGHTS) == 1, f"1/3 + 1/6 + 1/4 + 1/4 + 0 = {sum(examples.SIWUXIANG_WEIGHTS)}"
+
+
 @checks("siwuxiang-query-result")
 @pytest.mark.requires("cross")
 @given(seed=seeds)

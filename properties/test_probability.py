@@ -18,7 +18,7 @@ from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, problems_for
 from specs.reference import repeat_kv
-from specs.tolerance import product_allowance, row_sum_allowance
+from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 
 
 @checks("rows-sum-to-one", "weights-in-unit-interval")
@@ -95,11 +95,6 @@ def test_weights_are_monotone_in_scores(impl, data):
                             f"increasing score; allowed drop {slack[where]:.3g}",))
 
 
-def _spread_limit(dtype: str, n_k: int) -> float:
-    """Largest score spread that keeps every weight a normal number: e^-spread / n_k > tiny."""
-    return -math.log(np.finfo(np.dtype(dtype)).tiny) - math.log(n_k) - 1.0
-
-
 @checks("complete-graph-positive-weights")
 @given(data=st.data())
 def test_every_key_gets_positive_weight(impl, data):
@@ -108,7 +103,7 @@ def test_every_key_gets_positive_weight(impl, data):
     trial = Trial(impl, problem)
     scores = trial.oracle()[0].scores
     spread = float((scores.max(axis=-1) - scores.min(axis=-1)).max())
-    limit = _spread_limit(impl.dtype, problem.n_k)
+    limit = exponent_range(impl.dtype, problem.n_k)
     if spread > limit:
         problem = problem.scale_queries(limit / (2 * spread))
     observed = observe_weights(trial, problem)

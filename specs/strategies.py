@@ -85,6 +85,8 @@ def problems(
     cross = caps is None or caps.cross
     value_dim = caps is None or caps.value_dim
     bottom_right = caps is not None and caps.causal_alignment == "bottom_right"
+    if caps is not None and caps.max_seq:
+        max_n = max(min_n, min(max_n, caps.max_seq))
 
     n_q = draw(lengths(max_n, min_n=min_n, near=near))
     if different_lengths:

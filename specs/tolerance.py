@@ -297,3 +297,9 @@ def metamorphic_allowance(first: Allowance, second: Allowance, out_first: np.nda
     u = unit_roundoff(dtype)
     own = (3 * n_k + 4) * u * (np.abs(out_first) + np.abs(out_second))
     return Allowance(first.bound + second.bound + own, f"({first.rule}) + ({second.rule}) + own rounding")
+
+
+def exponent_range(dtype: np.dtype | str, n_k: int) -> float:
+    """Largest spread of a row's scores for which every softmax weight is a normal number in `dtype`:
+    e^-spread / n_k > tiny. Properties that need strictly positive weights keep scores inside it."""
+    return -math.log(float(np.finfo(np.dtype(dtype)).tiny)) - math.log(n_k) - 1.0

@@ -1,0 +1,83 @@
+"""Every declared defect is caught, and nothing else is blamed.
+
+tests/defective_impls.py holds deliberately wrong implementations, each declaring the claims
+its bug breaks. One run of every implementation-level property (the `ci` profile, derandomized)
+must fail each declared claim and pass every other one: the first half shows the properties
+catch the bugs, the second that their failures point at the right claim.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import defective_impls
+from tests.runs import ROOT, run_suite
+
+TARGETS = {name: f"tests/defective_impls.py:{name}" for name in defective_impls.DEFECTIVE}
+
+
+@pytest.fixture(scope="module")
+def defective_run(tmp_path_factory):
+    args = [arg for target in TARGETS.values() for arg in ("--impl", target)]
+    return run_suite("properties", "interpretations", "--impl-properties-only", *args,
+                     report_dir=tmp_path_factory.mktemp("defective"))
+
+
+def _variant(name: str) -> str:
+    return f"{TARGETS[name]}[float64]"
+
+
+def test_run_reports_only_declared_failures(defective_run):
+    unexpected = [(v["impl"], v["claim"]) for v in defective_run.report["verdicts"]
+                  if v["status"] in ("fail", "error") and not v["expected"]]
+    assert unexpected == [], defective_run.output[-4000:]
+    assert defective_run.returncode == 0
+
+
+@pytest.mark.parametrize("name", defective_impls.DEFECTIVE)
+def test_every_declared_defect_is_caught(defective_run, name):
+    fn = getattr(defective_impls, name)
+    for claim in fn.known_defects:
+        verdict = defective_run.verdict(claim, _variant(name))
+        assert verdict is not None, f"{name}: no property of '{claim}' ran"
+        assert verdict["status"] == "fail" and verdict["expected"], f"{name}: '{claim}' not caught: {verdict}"
+
+
+@pytest.mark.parametrize("claim, name", [
+    ("rows-sum-to-one", "softmax_over_queries"),
+    ("permutation-equivariance", "positional_bias"),
+    ("permutation-equivariance", "per_block_softmax"),
+    ("sqrt-dk-variance", "missing_scale"),
+    ("causal-mask-zeroes-future", "causal_off_by_one"),
+    ("tiled-equals-global", "per_block_softmax"),
+    ("sdpa-formula", "softmax_in_float32"),
+])
+def test_core_claims_catch_their_wrong_implementation(defective_run, claim, name):
+    verdict = defective_run.verdict(claim, _variant(name))
+    assert verdict["status"] == "fail"
+    assert verdict["counterexample"]["repro"], "a failure must come with a repro snippet"
+
+
+def test_correct_claims_still_pass_on_wrong_implementations(defective_run):
+    """Precision: a bug is blamed on the claims it breaks, not on everything."""
+    passing = {("rows-sum-to-one", "missing_scale"), ("permutation-equivariance", "missing_scale"),
+               ("causal-mask-zeroes-future", "missing_scale"), ("rows-sum-to-one", "causal_off_by_one"),
+               ("output-is-weighted-sum-of-values", "per_block_softmax"),
+               ("output-is-weighted-sum-of-values", "softmax_in_float32")}
+    for claim, name in passing:
+        assert defective_run.verdict(claim, _variant(name))["status"] == "pass", (claim, name)
+
+
+def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_run):
+    detail = defective_run.verdict("sdpa-formula", _variant("softmax_in_float32"))["detail"]
+    assert "float64 a-priori bound" in detail and "worst element out[" in detail
+
+
+def test_repro_snippet_reproduces_the_failure(defective_run):
+    repro = defective_run.verdict("sdpa-formula", _variant("softmax_in_float32"))["counterexample"]["repro"]
+    done = subprocess.run([sys.executable, "-c", repro], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.strip().splitlines()[-1]) > 0.0

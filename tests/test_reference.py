@@ -1,0 +1,117 @@
+"""The float64 oracle against closed forms and independent computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specs import examples
+from specs.problems import build
+from specs.reference import attention, merge_heads, multi_head_attention, split_heads
+from specs.tolerance import dot_product_allowance, forward_allowance, lse_allowance
+
+
+def _within(got, oracle_result, allowance):
+    return np.all(np.abs(got - oracle_result) <= allowance.bound)
+
+
+def test_equal_scores_give_the_mean_of_values():
+    p = build(n_q=4, n_k=7, d=3, d_v=5, seed=1)
+    q = np.zeros_like(p.q)
+    result, allowance = forward_allowance(q, p.k, p.v, dtype="float64")
+    assert _within(np.broadcast_to(p.v.mean(axis=-2, keepdims=True), result.out.shape), result.out, allowance)
+    assert np.all(result.weights == 1 / 7)
+
+
+def test_one_dominant_score_gives_that_value_row():
+    k = np.zeros((1, 1, 5, 2))
+    k[0, 0, 3] = [1000.0, 0.0]
+    q = np.array([[[[1.0, 0.0]]]])
+    v = np.arange(10.0).reshape(1, 1, 5, 2)
+    result = attention(q, k, v, scale=1.0)
+    assert np.array_equal(result.out[0, 0, 0], v[0, 0, 3])  # e^-1000 underflows to exactly 0
+    assert result.weights[0, 0, 0].tolist() == [0.0, 0.0, 0.0, 1.0, 0.0]
+
+
+def test_seed001_worked_example_by_hand():
+    """3 queries, 4 keys, dimension 2: every weight and output recomputed with math.exp and math.fsum."""
+    p = examples.worked_example_001(7)
+    q, k, v = p.q[0, 0], p.k[0, 0], p.v[0, 0]
+    result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+    assert result.weights.shape == (1, 1, 3, 4) and result.out.shape == (1, 1, 3, 2)
+    for i in range(3):
+        scores = [math.fsum(q[i, c] * k[j, c] for c in range(2)) / math.sqrt(2) for j in range(4)]
+        top = max(scores)
+        total = math.fsum(math.exp(s - top) for s in scores)
+        weights = [math.exp(s - top) / total for s in scores]
+        for c in range(2):
+            by_hand = math.fsum(w * v[j, c] for j, w in enumerate(weights))
+            assert abs(by_hand - result.out[0, 0, i, c]) <= allowance.bound[0, 0, i, c]
+
+
+def test_siwuxiang_example_gives_the_seeds_answer():
+    problem = examples.siwuxiang(seed=3, d_v=4)
+    result, allowance = forward_allowance(problem.q, problem.k, problem.v, dtype="float64")
+    assert np.all(np.abs(result.out[0, 0, 0] - examples.siwuxiang_expected(problem.v)) <= allowance.bound[0, 0, 0])
+    assert result.weights[0, 0, 0, -1] == 0.0  # the frog
+    one_hot = np.eye(5)[None, None]
+    weights, weight_allowance = forward_allowance(problem.q, problem.k, one_hot, dtype="float64")
+    exact = np.array([float(w) for w in examples.SIWUXIANG_WEIGHTS])
+    assert np.all(np.abs(weights.out[0, 0, 0] - exact) <= weight_allowance.bound[0, 0, 0])
+
+
+def test_log_sum_exp_and_fully_masked_rows():
+    p = build(n_q=3, n_k=5, d=4, seed=2)
+    mask = np.ones((3, 5), dtype=bool)
+    mask[1] = False
+    result = attention(p.q, p.k, p.v, mask=mask)
+    assert np.all(result.out[0, 0, 1] == 0) and np.all(result.weights[0, 0, 1] == 0)
+    assert result.lse[0, 0, 1] == -np.inf
+    bound = lse_allowance(p.q, p.k, p.v, dtype="float64", oracle=result, mask=mask)
+    for i in (0, 2):
+        by_hand = math.log(math.fsum(math.exp(s) for s in result.scores[0, 0, i]))
+        assert abs(result.lse[0, 0, i] - by_hand) <= bound[0, 0, i]
+
+
+@pytest.mark.parametrize("alignment, expected", [
+    ("top_left", [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]),
+    ("bottom_right", [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
+])
+def test_causal_alignments(alignment, expected):
+    p = build(n_q=3, n_k=5, seed=0)
+    allowed = attention(p.q, p.k, p.v, causal=True, causal_alignment=alignment).allowed
+    assert allowed[0, 0].astype(int).tolist() == expected
+
+
+def test_grouped_heads_read_their_kv_head():
+    p = build(batch=2, heads=6, heads_kv=2, n_q=4, n_k=5, d=3, d_v=2, seed=4)
+    out = attention(p.q, p.k, p.v).out
+    for h in range(6):
+        single = attention(p.q[:, h:h + 1], p.k[:, h // 3:h // 3 + 1], p.v[:, h // 3:h // 3 + 1]).out
+        assert np.array_equal(out[:, h:h + 1], single)
+
+
+def test_default_scale_is_inverse_sqrt_d():
+    p = build(n_q=2, n_k=3, d=9, seed=5)
+    assert np.array_equal(attention(p.q, p.k, p.v).out, attention(p.q, p.k, p.v, scale=1 / 3).out)
+
+
+def test_multi_head_attention_is_heads_concatenated_then_projected():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 5, 8))
+    w_q, w_k, w_v, w_o = (rng.standard_normal((8, 8)) for _ in range(4))
+    got = multi_head_attention(x, x, w_q, w_k, w_v, w_o, heads=2)
+    q, k, v = (split_heads(x @ w, 2) for w in (w_q, w_k, w_v))
+    heads = [attention(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1]).out for h in range(2)]
+    expected = merge_heads(np.concatenate(heads, axis=1)) @ w_o
+    assert np.array_equal(got, expected)
+    per_head_sum = sum(merge_heads(heads[h]) @ w_o[4 * h:4 * h + 4] for h in range(2))
+    concatenated = merge_heads(np.concatenate(heads, axis=1))
+    assert np.all(np.abs(got - per_head_sum) <= 2 * dot_product_allowance(concatenated, w_o.T))
+
+
+def test_split_merge_are_inverse():
+    x = np.random.default_rng(7).standard_normal((2, 10, 512))
+    assert np.array_equal(merge_heads(split_heads(x, 8)), x)

@@ -1,0 +1,100 @@
+"""The tolerance model: loose enough for every correct implementation, tight enough to tell precisions apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from impls.numpy_tiled import tiled_attention
+from specs.problems import SCORE_STYLES, VALUE_STYLES, build
+from specs.reference import attention
+from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance
+from tests.outside_impls import einsum_attention
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+CASES = [dict(batch=2, heads=4, heads_kv=2, n_q=n_q, n_k=n_k, d=d, d_v=d, seed=seed, score_style=style,
+              value_style=values)
+         for seed, (n_q, n_k, d) in enumerate([(1, 1, 1), (17, 33, 5), (65, 64, 33), (129, 130, 80)])
+         for style in SCORE_STYLES for values in VALUE_STYLES]
+
+
+def _worst_ratio(got, result, allowance):
+    """max |error| / allowed; an exact element counts 0 even where nothing is allowed."""
+    error = np.abs(got - result.out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.max(np.where(error == 0, 0.0, error / allowance.bound)))
+
+
+def _torch_sdpa(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in (q, np.repeat(k, group, 1), np.repeat(v, group, 1))]
+    return F.scaled_dot_product_attention(*tensors).numpy()
+
+
+FLOAT64_CORRECT = {
+    "einsum": einsum_attention,
+    "online softmax, B_c = 1": lambda q, k, v: tiled_attention(q, k, v, block_rows=3, block_cols=1),
+    "torch sdpa": _torch_sdpa,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_CORRECT))
+def test_float64_bound_holds_for_correct_float64_code(name):
+    worst = 0.0
+    for case in CASES:
+        p = build(**case)
+        result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+        worst = max(worst, _worst_ratio(FLOAT64_CORRECT[name](p.q, p.k, p.v), result, allowance))
+    assert worst <= 1.0
+
+
+def _float32_softmax(q, k, v):
+    scores = attention(q, k, v).scores.astype(np.float32)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    group = q.shape[1] // k.shape[1]
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float64) @ np.repeat(v, group, axis=1)
+
+
+def test_float64_bound_catches_a_float32_softmax_on_ordinary_inputs():
+    caught = 0
+    ordinary = [c for c in CASES if c["score_style"] == "normal" and c["n_k"] > 1]
+    for case in ordinary:
+        p = build(**case)
+        result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+        caught += _worst_ratio(_float32_softmax(p.q, p.k, p.v), result, allowance) > 1.0
+    assert caught == len(ordinary)
+
+
+def test_float32_rule_accepts_correct_float32_code_and_rejects_float16_work():
+    for case in CASES:
+        p = build(**case)
+        q, k, v = (x.astype(np.float32) for x in (p.q, p.k, p.v))
+        exact = tuple(x.astype(np.float64) for x in (q, k, v))
+        result, allowance = forward_allowance(*exact, dtype="float32")
+        assert _worst_ratio(tiled_attention(q, k, v, block_rows=5, block_cols=1), result, allowance) <= 1.0
+        assert _worst_ratio(_torch_sdpa(q, k, v), result, allowance) <= 1.0
+        if case["score_style"] == "normal" and case["n_k"] > 1 and case["value_style"] != "large":
+            half = attention(*(x.astype(np.float16) for x in (q, k, v))).out
+            assert _worst_ratio(half.astype(np.float64), result, allowance) > 1.0
+
+
+def test_low_precision_rule_is_undefined_where_the_naive_formula_overflows():
+    p = build(n_q=4, n_k=4, d=8, score_style="huge", seed=1)
+    with pytest.raises(ToleranceUndefined, match="overflows"):
+        forward_allowance(p.q, p.k, p.v, dtype="float16")
+
+
+def test_unsupported_dtype_is_named():
+    p = build()
+    with pytest.raises(ValueError, match="no tolerance rule for dtype int32"):
+        forward_allowance(p.q, p.k, p.v, dtype="int32")
+
+
+def test_allowances_add_and_slice():
+    a = Allowance(np.ones((2, 3)), "a")
+    b = Allowance(2 * np.ones((2, 3)), "b")
+    total = a + b
+    assert np.all(total.bound == 3) and total.rule == "(a) + (b)"
+    assert total.take((slice(None), 0)).bound.shape == (2,)
