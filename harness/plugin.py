@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import settings
 
 from harness.evidence import PropertyViolation
 from harness.markers import ORACLE, PROPERTIES
@@ -223,7 +224,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     state.problems = _uncaught_declarations(state)
     state.report = build_report(state, time.monotonic() - state.started,
-                                profile=session.config.getoption("hypothesis_profile", None))
+                                profile=settings.get_current_profile_name())
     directory = session.config.getoption("report")
     if directory:
         write_report(state.report, directory)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from harness.evidence import PropertyViolation
 from impls.registry import Variant
 from specs.problems import Problem
-from specs.reference import AttentionResult
+from specs.reference import AttentionResult, repeat_kv
 from specs.strategies import problems
 from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance, metamorphic_allowance
 
@@ -95,6 +95,12 @@ class Trial:
     def exact_inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The values the implementation received, held in float64 for the oracle."""
         return tuple(x.astype(np.float64) for x in self.inputs(problem))
+
+    def values_per_query_head(self, problem: Problem | None = None) -> np.ndarray:
+        """The values the implementation received (float64), repeated so head h holds kv head h // group."""
+        problem = problem or self.problem
+        v = self.exact_inputs(problem)[2]
+        return repeat_kv(v, problem.q.shape[1] // v.shape[1])
 
     def oracle_kwargs(self, problem: Problem | None = None) -> dict:
         problem = problem or self.problem
@@ -210,13 +216,16 @@ class Trial:
         self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=details,
                   call=call, script=script)
 
-    def expect_same(self, got: np.ndarray, expected: np.ndarray, got_allowance: Allowance,
-                    expected_allowance: Allowance, *, what: str, versus: str, problem: Problem | None = None,
-                    script: str | None = None) -> None:
-        """Two outputs of this implementation that a metamorphic property says must agree."""
-        allowance = metamorphic_allowance(got_allowance, expected_allowance, got, expected,
-                                          n_k=(problem or self.problem).n_k, dtype=self.dtype)
-        self.expect_close(got, expected, allowance, what=what, versus=versus, problem=problem, script=script)
+    def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
+                         expected_index: tuple = (...,), script: str | None = None) -> None:
+        """A metamorphic property: the output on `transformed` (at got_index) equals the output on
+        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance."""
+        out, (_, allowance) = self.call(), self.oracle()
+        out_t, (_, allowance_t) = self.call(transformed), self.oracle(transformed)
+        got, expected = out_t[got_index], out[expected_index]
+        bound = metamorphic_allowance(allowance_t.take(got_index), allowance.take(expected_index), got, expected,
+                                      n_k=max(self.problem.n_k, transformed.n_k), dtype=self.dtype)
+        self.expect_close(got, expected, bound, what=what, versus=versus, problem=transformed, script=script)
 
     def _target(self, ratio: float, what: str) -> None:
         """Steer the `thorough` profile towards inputs where the error nears its allowance."""

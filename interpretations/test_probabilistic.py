@@ -14,7 +14,6 @@ from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, problems_for
 from specs.problems import build
-from specs.reference import repeat_kv
 from specs.statistics import ALPHA, hoeffding_radius
 from specs.tolerance import Allowance, product_allowance, row_sum_allowance
 
@@ -58,8 +57,7 @@ def test_output_minimises_weighted_squared_distance(impl, data):
     observed = observe_weights(trial)
     _, out_allowance = trial.oracle()
     out = trial.call()
-    _, _, v = trial.exact_inputs()
-    values = repeat_kv(v, problem.q.shape[1] // v.shape[1])
+    values = trial.values_per_query_head()
     mass = observed.weights.sum(axis=-1, keepdims=True)
     mass_allowance = row_sum_allowance(observed.allowance, observed.weights)
     allowance = product_allowance(observed.allowance, observed.weights, values) + Allowance(

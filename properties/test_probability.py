@@ -54,8 +54,7 @@ def test_output_lies_in_convex_hull_of_values(impl, data):
     trial = Trial(impl, problem)
     _, allowance = trial.oracle()
     out = trial.call()
-    _, _, v = trial.exact_inputs()
-    values = repeat_kv(v, problem.q.shape[1] // v.shape[1])
+    values = trial.values_per_query_head()
     lowest, highest = values.min(axis=-2, keepdims=True), values.max(axis=-2, keepdims=True)
     trial.expect_close(np.clip(out, lowest, highest), out, allowance,
                        what="out", versus="the per-coordinate range [min_j v_j, max_j v_j]")
@@ -68,8 +67,7 @@ def test_output_equals_observed_weights_times_values(impl, data):
     trial = Trial(impl, problem)
     observed = observe_weights(trial)
     _, out_allowance = trial.oracle()
-    _, _, v = trial.exact_inputs()
-    values = repeat_kv(v, problem.q.shape[1] // v.shape[1])
+    values = trial.values_per_query_head()
     expected = observed.weights @ values
     allowance = out_allowance + product_allowance(observed.allowance, observed.weights, values)
     trial.expect_close(trial.call(), expected, allowance, versus="W @ V with W read off one-hot values")
