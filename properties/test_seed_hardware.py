@@ -1,5 +1,5 @@
-"""Seed 002 § 3.2, the hardware chapter's own code: the memory-footprint formula, the
-"hardware-aware" block size, and the two CUDA kernels compiled as written."""
+"""Seed 002 § 3.2, the hardware chapter's own Python: the memory-footprint formula and the
+"hardware-aware" block size (the CUDA kernels are in test_seed_kernels.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.markers import checks
-from impls.seed002_hardware import COMPILERS, CompilerUnavailable, MemoryAwareAttention, compile_kernel
+from impls.seed002_hardware import MemoryAwareAttention
 
 torch = pytest.importorskip("torch", reason="the seed's hardware code works on torch tensors")
 
@@ -47,25 +47,3 @@ def test_block_size_fits_the_shared_memory_it_records(seq_len, d_model):
         f"more than the {cuda.max_shared_memory} bytes of shared memory the class records; the cpu "
         f"instance chooses block {cpu.calculate_optimal_block_size(d_model, seq_len)} from the same "
         "inputs, so the hardware parameters are never consulted")
-
-
-@checks("cuda-naive-kernel", subject="seed002-cuda")
-@pytest.mark.parametrize("compiler", sorted(COMPILERS))
-def test_naive_kernel_compiles_as_written(compiler):
-    _compiles("attention_kernel", compiler)
-
-
-@checks("cuda-shared-memory-kernel", subject="seed002-cuda")
-@pytest.mark.parametrize("compiler", sorted(COMPILERS))
-def test_shared_memory_kernel_compiles_as_written(compiler):
-    _compiles("optimized_attention_kernel", compiler)
-
-
-def _compiles(kernel: str, compiler: str) -> None:
-    try:
-        log = compile_kernel(kernel, compiler)
-    except CompilerUnavailable as exc:
-        pytest.skip(str(exc))
-    errors = [line for line in (log or "").splitlines() if "error" in line]
-    assert log is None, f"{compiler} rejects {kernel} as written:\n" + "\n".join(errors[:6])
-
