@@ -105,14 +105,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("impl", chosen, ids=[v.name for v in chosen])
 
 
+def _takes_impl(item: pytest.Item) -> bool:
+    params = getattr(item, "callspec", None)
+    return params is not None and "impl" in params.params
+
+
 def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | str] | None:
     marker = item.get_closest_marker("claims")
     if marker is None:
         return None
-    params = getattr(item, "callspec", None)
-    if params is None or "impl" not in params.params:
+    if not _takes_impl(item):
         return marker.args, marker.kwargs.get("subject", ORACLE)
-    variant = params.params["impl"]
+    variant = item.callspec.params["impl"]
     # with no implementation selected pytest parametrizes with a placeholder and skips the test
     return (marker.args, variant) if isinstance(variant, Variant) else None
 
@@ -124,7 +128,7 @@ def _name(subject: Variant | str) -> str:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     state = config.stash[STATE]
     if config.getoption("impl_properties_only"):
-        dropped = [item for item in items if isinstance((_claims_and_subject(item) or (0, ORACLE))[1], str)]
+        dropped = [item for item in items if not _takes_impl(item)]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item not in dropped]

@@ -180,7 +180,7 @@ def _import_target(target: str) -> Callable:
         try:
             module = importlib.import_module(where)
         except ImportError:
-            raise
+            raise  # a missing backend: builtin_impls reports the record as unavailable
         except Exception as exc:
             raise ImplLoadError(f"--impl {target!r}: importing {where} raised {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attr, None)
