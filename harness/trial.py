@@ -21,7 +21,13 @@ from impls.registry import Variant
 from specs.problems import Problem
 from specs.reference import AttentionResult, repeat_kv
 from specs.strategies import problems
-from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance, metamorphic_allowance
+from specs.tolerance import (
+    Allowance,
+    ToleranceUndefined,
+    forward_allowance,
+    metamorphic_allowance,
+    own_rounding_bound,
+)
 
 
 class CallSettings:
@@ -220,12 +226,19 @@ class Trial:
                          expected_index: tuple = (...,), script: str | None = None) -> None:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
         this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance."""
-        out, (_, allowance) = self.call(), self.oracle()
-        out_t, (_, allowance_t) = self.call(transformed), self.oracle(transformed)
-        got, expected = out_t[got_index], out[expected_index]
-        bound = metamorphic_allowance(allowance_t.take(got_index), allowance.take(expected_index), got, expected,
-                                      n_k=max(self.problem.n_k, transformed.n_k), dtype=self.dtype)
+        sides = [self._output_with_own_bound(problem) for problem in (transformed, self.problem)]
+        (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
+            (out[index], allowance.take(index), own[index])
+            for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
+        bound = metamorphic_allowance(got_allowance, expected_allowance, got_own, expected_own)
         self.expect_close(got, expected, bound, what=what, versus=versus, problem=transformed, script=script)
+
+    def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, np.ndarray]:
+        out = self.call(problem)
+        oracle, allowance = self.oracle(problem)
+        on_abs = self.call(problem.replace("p = p.replace(v=np.abs(p.v))", v=np.abs(problem.v)))
+        own = own_rounding_bound(oracle, *self.exact_inputs(problem), on_abs, dtype=self.dtype)
+        return out, allowance, own
 
     def _target(self, ratio: float, what: str) -> None:
         """Steer the `thorough` profile towards inputs where the error nears its allowance."""

@@ -61,8 +61,9 @@ def test_permuting_keys_with_values_changes_nothing(impl, data):
 @given(data=st.data())
 def test_shuffling_the_sequence_leaves_output_unchanged(impl, data):
     """The seed's sentence taken literally: self-attention on a shuffled X (two tokens swapped) gives
-    the same output."""
-    base = data.draw(problems_for(impl, min_n=2), label="problem")
+    the same output. It fails on every implementation, so Hypothesis always shrinks: small problems
+    (n, d <= 16) keep that cheap, and a swap of two tokens is already a counterexample."""
+    base = data.draw(problems_for(impl, min_n=2, max_n=16, max_d=16), label="problem")
     x = base.q
     problem = base.replace("p = p.replace(k=p.q, v=p.q)", k=x, v=x)
     first = data.draw(st.integers(0, problem.n_q - 2), label="first swapped token")

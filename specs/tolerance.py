@@ -281,22 +281,32 @@ def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, sc
     return Allowance(bound, "first-order bound for a given score error")
 
 
-def metamorphic_allowance(first: Allowance, second: Allowance, out_first: np.ndarray, out_second: np.ndarray,
-                          *, n_k: int, dtype: np.dtype | str) -> Allowance:
+def own_rounding_bound(oracle: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                       out_on_abs_values: np.ndarray, *, dtype: np.dtype | str) -> np.ndarray:
+    """The a-priori bound with the implementation's own weights W in place of the oracle's.
+
+    Whatever weights an implementation applies, rounding its scores and sums moves its output by at
+    most (2 (d + 6) u A_i + (3 n_k + 4) u) (|W| |V|)_ic. For an implementation linear in V with
+    non-negative weights, |W| |V| is its own output on |V|, `out_on_abs_values`.
+    """
+    u = unit_roundoff(dtype)
+    row_magnitude = _first_order_terms(oracle, q, k, v)[0]
+    return (2 * (q.shape[3] + 6) * u * row_magnitude + (3 * k.shape[2] + 4) * u) * out_on_abs_values
+
+
+def metamorphic_allowance(first: Allowance, second: Allowance, own_first: np.ndarray,
+                          own_second: np.ndarray) -> Allowance:
     """Allowance for |out_first - out_second|, two outputs of one implementation that should agree.
 
     If the implementation is correct, each output is within its oracle allowance
     and the oracles agree: first + second bounds the gap (triangle inequality).
-    The last term, (3 n_k + 4) u (|out_first| + |out_second|), bounds the rounding
-    of whatever the implementation computes, so a metamorphic property never
-    blames an implementation whose output is not attention (another claim's
-    failure) for the rounding of that output. For a correct implementation
-    |out| <= P|V| and the term is already part of each allowance: it loosens
-    nothing by more than a factor 2.
+    own_first + own_second (own_rounding_bound) bound the rounding of whatever the
+    implementation computes, so a metamorphic property never blames an
+    implementation whose output is not attention (another claim's failure) for the
+    rounding of that output.
     """
-    u = unit_roundoff(dtype)
-    own = (3 * n_k + 4) * u * (np.abs(out_first) + np.abs(out_second))
-    return Allowance(first.bound + second.bound + own, f"({first.rule}) + ({second.rule}) + own rounding")
+    return Allowance(first.bound + second.bound + own_first + own_second,
+                     f"({first.rule}) + ({second.rule}) + own rounding with the implementation's weights")
 
 
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:
