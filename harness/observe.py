@@ -29,7 +29,7 @@ def one_hot_problem(trial: Trial, problem: Problem) -> Problem:
     n_k = problem.n_k
     d_v = n_k if trial.variant.impl.capabilities.value_dim else problem.q.shape[-1]
     values = one_hot_values(problem.k.shape, d_v)
-    return problem.replace(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))", v=values)
+    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))", v=values)
 
 
 def observe_weights(trial: Trial, problem: Problem | None = None, **extra) -> ObservedWeights:

@@ -71,6 +71,19 @@ def as_numpy(value: object) -> np.ndarray | None:
     return None
 
 
+def _index_code(index: tuple) -> str:
+    """Python source for an index tuple of Ellipsis, full slices and integer arrays."""
+    parts = []
+    for item in index:
+        if item is Ellipsis:
+            parts.append("...")
+        elif isinstance(item, slice) and item == slice(None):
+            parts.append(":")
+        else:
+            parts.append(repr(np.asarray(item).tolist()))
+    return ", ".join(parts)
+
+
 def _call_line(extra: dict, args: str = "q, k, v") -> str:
     parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
     return f"out = fn({', '.join(parts)})"
@@ -223,20 +236,32 @@ class Trial:
                   call=call, script=script)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
-                         expected_index: tuple = (...,), script: str | None = None) -> None:
+                         expected_index: tuple = (...,)) -> None:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
-        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance."""
+        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance.
+        `transformed` must be derived from this trial's problem by Problem.replace steps."""
+        extra = transformed.steps[len(self.problem.steps):]
+        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+            raise ValueError("expect_unchanged needs a problem derived from the trial's own by replace()")
         sides = [self._output_with_own_bound(problem) for problem in (transformed, self.problem)]
         (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
             (out[index], allowance.take(index), own[index])
             for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
         bound = metamorphic_allowance(got_allowance, expected_allowance, got_own, expected_own)
-        self.expect_close(got, expected, bound, what=what, versus=versus, problem=transformed, script=script)
+        script = "\n".join([
+            "out = fn(q, k, v, **p.kwargs())",
+            *extra,
+            f"q, k, v = (x.astype({self.variant.dtype!r}) for x in (p.q, p.k, p.v))",
+            "out_t = fn(q, k, v, **p.kwargs())",
+            f"print(np.abs(np.asarray(out_t, dtype=float)[{_index_code(got_index)}] - "
+            f"np.asarray(out, dtype=float)[{_index_code(expected_index)}]).max())",
+        ])
+        self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem, script=script)
 
     def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, np.ndarray]:
         out = self.call(problem)
         oracle, allowance = self.oracle(problem)
-        on_abs = self.call(problem.replace("p = p.replace(v=np.abs(p.v))", v=np.abs(problem.v)))
+        on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))", v=np.abs(problem.v)))
         own = own_rounding_bound(oracle, *self.exact_inputs(problem), on_abs, dtype=self.dtype)
         return out, allowance, own
 

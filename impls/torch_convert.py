@@ -9,6 +9,3 @@ import torch
 def to_torch(*arrays: np.ndarray | None) -> list[torch.Tensor | None]:
     return [None if a is None else torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
 
-
-def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy()

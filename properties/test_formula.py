@@ -47,7 +47,7 @@ def test_cross_attention_matches_oracle(impl, data):
 def test_self_attention_on_one_sequence(impl, data):
     """Q = K = V = X: self-attention is the same call with one sequence in all three places."""
     problem = data.draw(problems_for(impl), label="problem")
-    check_against_oracle(impl, problem.replace("p = p.replace(k=p.q, v=p.q)", k=problem.q, v=problem.q))
+    check_against_oracle(impl, problem.derive("p = p.replace(k=p.q, v=p.q)", k=problem.q, v=problem.q))
 
 
 @checks("output-shape-follows-query")

@@ -36,7 +36,7 @@ def test_changing_one_head_changes_no_other(impl, data):
     h = data.draw(st.integers(0, heads - 1), label="query head changed")
     q = problem.q.copy()
     q[:, h] = -3.0 * q[:, h] + 1.0
-    changed = problem.replace(f"q = p.q.copy(); q[:, {h}] = -3 * q[:, {h}] + 1; p = p.replace(q=q)", q=q)
+    changed = problem.derive(f"q = p.q.copy(); q[:, {h}] = -3 * q[:, {h}] + 1; p = p.replace(q=q)", q=q)
     others = (slice(None), np.flatnonzero(np.arange(heads) != h))
     trial.expect_unchanged(changed, got_index=others, expected_index=others,
                            what=f"out of heads other than {h} after changing query head {h}", versus="before")
@@ -45,7 +45,7 @@ def test_changing_one_head_changes_no_other(impl, data):
     assume(not readers.all())
     k, v = problem.k.copy(), problem.v.copy()
     k[:, g], v[:, g] = -3.0 * k[:, g] + 1.0, -3.0 * v[:, g] + 1.0
-    changed = problem.replace(f"k, v = p.k.copy(), p.v.copy(); k[:, {g}] = -3 * k[:, {g}] + 1; "
+    changed = problem.derive(f"k, v = p.k.copy(), p.v.copy(); k[:, {g}] = -3 * k[:, {g}] + 1; "
                               f"v[:, {g}] = -3 * v[:, {g}] + 1; p = p.replace(k=k, v=v)", k=k, v=v)
     others = (slice(None), np.flatnonzero(~readers))
     trial.expect_unchanged(changed, got_index=others, expected_index=others,
@@ -59,7 +59,7 @@ def test_grouped_kv_heads_equal_repeated_kv_heads(impl, data):
     problem = data.draw(problems_for(impl), label="problem")
     group = problem.q.shape[1] // problem.k.shape[1]
     assume(group > 1)
-    repeated = problem.replace(f"p = p.replace(k=np.repeat(p.k, {group}, axis=1), v=np.repeat(p.v, {group}, axis=1))",
+    repeated = problem.derive(f"p = p.replace(k=np.repeat(p.k, {group}, axis=1), v=np.repeat(p.v, {group}, axis=1))",
                                k=repeat_kv(problem.k, group), v=repeat_kv(problem.v, group))
     Trial(impl, problem).expect_unchanged(repeated, what="out with each kv head repeated for its query group",
                                           versus="out with grouped kv heads")
@@ -78,7 +78,7 @@ def test_projection_pipeline_with_implementation_as_core(impl, data):
     seen: dict = {}
 
     def implementation_core(q, k, v):
-        projected = problem.replace("p = p.replace(**dict(zip('qkv', examples.project(p))))", q=q, k=k, v=v)
+        projected = problem.derive("p = p.replace(**dict(zip('qkv', examples.project(p))))", q=q, k=k, v=v)
         seen["problem"] = projected
         seen["out"] = trial.call(projected)
         seen["oracle"], seen["allowance"] = trial.oracle(projected)

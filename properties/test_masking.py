@@ -51,7 +51,7 @@ def test_changing_future_tokens_leaves_past_outputs(impl, data):
     k, v = problem.k.copy(), problem.v.copy()
     k[:, :, cut:] = -3.0 * k[:, :, cut:] + 1.0
     v[:, :, cut:] = -3.0 * v[:, :, cut:] + 1.0
-    changed = problem.replace(
+    changed = problem.derive(
         f"k, v = p.k.copy(), p.v.copy(); k[:, :, {cut}:] = -3 * k[:, :, {cut}:] + 1; "
         f"v[:, :, {cut}:] = -3 * v[:, :, {cut}:] + 1; p = p.replace(k=k, v=v)", k=k, v=v)
     index = (slice(None), slice(None), rows)
@@ -129,7 +129,7 @@ def test_fully_masked_row_gives_zero_output(impl, data):
     problem = data.draw(problems_for(impl, masked=True, empty_rows=True), label="problem")
     mask = np.array(np.broadcast_to(problem.mask, problem.q.shape[:3] + (problem.n_k,)))
     mask[:, :, 0, :] = False
-    problem = problem.replace(
+    problem = problem.derive(
         "m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); m[:, :, 0, :] = False; "
         "p = p.replace(mask=m)", mask=mask)
     trial = Trial(impl, problem)

@@ -40,7 +40,7 @@ def test_observed_weights_are_distributions(impl, data):
 def test_values_all_ones_give_outputs_all_ones(impl, data):
     """softmax(S) 1 = 1: visible to implementations whatever d_v they accept."""
     problem = data.draw(problems_for(impl), label="problem")
-    ones = problem.replace("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
+    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
     trial = Trial(impl, ones)
     _, allowance = trial.oracle()
     out = trial.call()
@@ -123,7 +123,7 @@ def test_query_pointing_at_key_weights_it_most(impl, data):
     targets = np.arange(problem.n_q) % problem.n_k
     # score 5 on the target key: a * |k|^2 / sqrt(d) = 5
     q = 5.0 * math.sqrt(problem.q.shape[-1]) * repeat_kv(k, group)[:, :, targets]
-    problem = problem.replace(
+    problem = problem.derive(
         "k = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True); "
         f"p = p.replace(k=k, q=5.0 * np.sqrt(p.q.shape[-1]) * np.repeat(k, {group}, axis=1)"
         "[:, :, np.arange(p.n_q) % p.n_k])", k=k, q=q)

@@ -74,8 +74,9 @@ def test_partial_results_merge_through_lse(impl, data):
     trial = Trial(impl, problem)
     oracle, _ = trial.oracle()
     parts, outs, lses, out_bounds, lse_bounds = [], [], [], [], []
-    for keys in (slice(0, cut), slice(cut, None)):
-        part = problem.replace(k=problem.k[:, :, keys], v=problem.v[:, :, keys])
+    for keys, code in ((slice(0, cut), f":{cut}"), (slice(cut, None), f"{cut}:")):
+        part = problem.derive(f"p = p.replace(k=p.k[:, :, {code}], v=p.v[:, :, {code}])",
+                               k=problem.k[:, :, keys], v=problem.v[:, :, keys])
         raw = trial.call_raw(part, return_lse=True)
         if not isinstance(raw, tuple) or len(raw) != 2:
             trial.fail("declared lse=True but return_lse=True did not return (out, lse)", part)

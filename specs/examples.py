@@ -12,6 +12,7 @@ from fractions import Fraction
 import numpy as np
 
 from specs.problems import Problem, Recipe
+from specs.reference import merge_heads, split_heads
 
 # Seed 001 § 注意力机制简介: 四不像 against 鹿, 牛, 羊, 驴, 青蛙.
 SIWUXIANG_WEIGHTS = (Fraction(1, 3), Fraction(1, 6), Fraction(1, 4), Fraction(1, 4), Fraction(0))
@@ -85,8 +86,6 @@ def projection_weights(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def project(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """q, k, v = heads of merge(q) W_Q, merge(k) W_K, merge(k) W_V (projection_weights)."""
-    from specs.reference import merge_heads, split_heads
-
     w_q, w_k, w_v, _ = projection_weights(problem)
     x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]

@@ -104,16 +104,17 @@ class Problem:
             kw["mask"] = self.mask
         return kw
 
-    def replace(self, step: str | None = None, **changes) -> Problem:
-        """A derived problem; `step` is the Python line (acting on `p`) that derives it."""
-        if step is None:
-            args = ", ".join(f"{name}=..." for name in changes)
-            step = f"p = p.replace({args})  # see the property for the values"
+    def replace(self, **changes) -> Problem:
+        """The same problem with some arrays or keywords changed (what repro steps call)."""
+        return dataclasses.replace(self, **changes)
+
+    def derive(self, step: str, **changes) -> Problem:
+        """A derived problem that remembers `step`, the Python line (acting on `p`) deriving it in a repro."""
         return dataclasses.replace(self, steps=self.steps + (step,), **changes)
 
     def scale_queries(self, factor: float) -> Problem:
         """The same problem with every score multiplied by `factor` (q scaled)."""
-        return self.replace(f"p = p.scale_queries({factor!r})", q=self.q * factor)
+        return self.derive(f"p = p.scale_queries({factor!r})", q=self.q * factor)
 
     @property
     def n_q(self) -> int:

@@ -76,8 +76,13 @@ def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_r
     assert "float64 a-priori bound" in detail and "worst element out[" in detail
 
 
-def test_repro_snippet_reproduces_the_failure(defective_run):
-    repro = defective_run.verdict("sdpa-formula", _variant("softmax_in_float32"))["counterexample"]["repro"]
+@pytest.mark.parametrize("claim, name", [
+    ("sdpa-formula", "softmax_in_float32"),  # against the oracle
+    ("permutation-equivariance", "per_block_softmax"),  # metamorphic: two outputs of one implementation
+    ("causal-mask-zeroes-future", "causal_off_by_one"),  # metamorphic on selected rows, or exact zeros
+])
+def test_repro_snippet_reproduces_the_failure(defective_run, claim, name):
+    repro = defective_run.verdict(claim, _variant(name))["counterexample"]["repro"]
     done = subprocess.run([sys.executable, "-c", repro], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.strip().splitlines()[-1]) > 0.0
