@@ -21,7 +21,9 @@ pytest_plugins = ("harness.plugin",)
 
 _COMMON = dict(
     deadline=None,  # implementation calls are guarded by --impl-timeout instead
-    report_multiple_bugs=False,  # one minimal counterexample per property
+    # Every distinct failure is reported, so a declared failure never hides an undeclared one
+    # (harness.trial raises declared ones as their own exception type).
+    report_multiple_bugs=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile("dev", max_examples=25, **_COMMON)

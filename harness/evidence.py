@@ -13,8 +13,9 @@ class PropertyViolation(AssertionError):
     """
 
     def __init__(self, summary: str, *, impl: str | None = None, problem: Problem | None = None,
-                 details: tuple[str, ...] = (), repro: str = "") -> None:
+                 details: tuple[str, ...] = (), repro: str = "", claim: str | None = None) -> None:
         self.summary = summary
+        self.claim = claim  # in a property checking several claims: the one whose assertion failed
         self.impl = impl
         self.problem = problem
         self.details = tuple(details)
@@ -33,6 +34,14 @@ class PropertyViolation(AssertionError):
             lines += [f"    {line}" for line in self.repro.splitlines()]
         return "\n".join(lines)
 
+    def message(self) -> str:
+        """What declarations and refutations are matched against: the summary, the details and the
+        input's recipe (so a declaration can name the inputs it fails on, e.g. score_style='large')."""
+        lines = [self.summary, *self.details]
+        if self.problem is not None:
+            lines.append(f"input: {self.problem!r}")
+        return "\n".join(lines)
+
     def counterexample(self) -> dict:
         """The JSON form written to report.json."""
         return {
@@ -41,3 +50,8 @@ class PropertyViolation(AssertionError):
             "details": list(self.details),
             "repro": self.repro,
         }
+
+
+class DeclaredViolation(PropertyViolation):
+    """A violation a declaration or refutation covers: a type of its own, so Hypothesis reports it
+    apart from any undeclared failure of the same property (report_multiple_bugs)."""

@@ -5,12 +5,15 @@
   `--backend` / ATTN_BACKENDS. Properties taking an `impl` argument are
   parametrized over (implementation, dtype) variants.
 - Verdicts: each test's outcome is attributed to its claims (the `claims`
-  marker) and subject (the variant, or the marker's subject). A failure that an
-  implementation declares in `known_defects`, or of a claim the catalogue marks
-  `holds = false`, is expected: it is reported as a bug report and shown as
-  XFAIL, so the exit status stays 0. A declared defect that a run exercises
-  without catching is reported as a warning (tests/ require every one caught
-  under the derandomized `ci` profile).
+  marker) and subject (the variant, or the marker's subject); a failure that
+  names the claim whose assertion failed is attributed to that claim alone. A
+  failure is expected only when a scoped declaration covers it (claim, dtype,
+  property, message: impls.defects) or it matches the `refutation` of a claim
+  the catalogue marks `holds = false` (harness.declarations); it is reported as
+  a bug report and shown as XFAIL. Any other failure exits 1.
+- A declaration that the run exercised (all the properties it names ran on its
+  dtype) without catching anything is reported: an error (exit 1) for built-in
+  records under a derandomized profile (`ci`), a warning otherwise.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import settings
 
+from harness.declarations import RUNNING, RunningCheck, expected_failure
 from harness.evidence import PropertyViolation
 from harness.markers import ORACLE, PROPERTIES
-from harness.report import aggregate, build_report, matrix_lines, write_report
+from harness.report import build_report, matrix_lines, write_report
 from harness.trial import CallSettings
 from impls.registry import ImplLoadError, Unavailable, Variant, builtin_impls, load_impl, variants
 from specs.catalogue import Claim, load_claims
@@ -35,9 +39,11 @@ from specs.catalogue import Claim, load_claims
 class Outcome:
     status: str  # pass / fail / skip / error
     nodeid: str
+    prop: str = ""  # the property function's name
     detail: str = ""
     counterexample: dict | None = None
     expected: bool = False
+    why: str = ""  # why the failure was expected
 
 
 @dataclass
@@ -47,18 +53,10 @@ class RunState:
     claims: dict[str, Claim]
     outcomes: dict[tuple[str, str], list[Outcome]] = field(default_factory=lambda: defaultdict(list))
     collected: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    triggered: set[tuple[str, int]] = field(default_factory=set)  # (variant name, index of its scope)
     problems: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     report: dict | None = None
-
-    def declared(self, slug: str, subject: Variant | str) -> str | None:
-        """Why `slug` is expected to fail on `subject`, or None if it should hold."""
-        claim = self.claims.get(slug)
-        if claim is not None and not claim.holds:
-            return f"the seed's sentence is false as written: {claim.why}"
-        if isinstance(subject, Variant):
-            return subject.impl.known_defects.get(slug)
-        return None
 
 
 STATE = pytest.StashKey[RunState]()
@@ -92,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     impls, unavailable = _select(config)
     claims = load_claims()
     for impl in impls:
-        unknown = set(impl.known_defects) - set(claims)
+        unknown = impl.declared_claims() - set(claims)
         if unknown:
             raise pytest.UsageError(f"{impl.name} declares known defects for unknown claims {sorted(unknown)}")
     CallSettings.timeout_s = config.getoption("impl_timeout")
@@ -149,14 +147,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(reason)
 
 
-def _violation(excinfo) -> PropertyViolation | None:
-    pending = [excinfo.value] if excinfo else []
+def _failures(excinfo) -> list[BaseException]:
+    """The exceptions of a failed test, groups (Hypothesis' multiple bugs) flattened."""
+    pending, found = [excinfo.value] if excinfo else [], []
     while pending:
         exc = pending.pop(0)
-        if isinstance(exc, PropertyViolation):
-            return exc
-        pending += list(getattr(exc, "exceptions", ()))
-    return None
+        nested = getattr(exc, "exceptions", None)
+        if nested and not isinstance(exc, PropertyViolation):
+            pending += list(nested)
+        else:
+            found.append(exc)
+    return found
+
+
+def _message(exc: BaseException) -> str:
+    return exc.message() if isinstance(exc, PropertyViolation) else f"{type(exc).__name__}: {exc}"
 
 
 def _falsifying_example(text: str) -> dict:
@@ -179,6 +184,39 @@ def _claim_section(state: RunState, slugs: tuple[str, ...]) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Tell harness.trial which property and claims are running (it picks the violation's type)."""
+    found = _claims_and_subject(item)
+    token = RUNNING.set(RunningCheck(item.originalname, found[0]) if found else None)
+    try:
+        yield
+    finally:
+        RUNNING.reset(token)
+
+
+def _blame(state: RunState, slugs: tuple[str, ...], subject, prop: str, failures: list[BaseException],
+           text: str) -> dict[str, Outcome]:
+    """One failed outcome per claim a failure belongs to, each marked expected when declared."""
+    blamed: dict[str, list[str]] = {}
+    for exc in failures or [None]:
+        claim = getattr(exc, "claim", None)
+        message = _message(exc) if exc is not None else text
+        for slug in ((claim,) if claim in slugs else slugs):
+            blamed.setdefault(slug, []).append(message)
+    outcomes = {}
+    for slug, messages in blamed.items():
+        reasons = [expected_failure(slug, subject, prop, m) for m in messages]
+        outcome = Outcome("fail", "", prop, expected=all(reasons))
+        if outcome.expected:
+            outcome.why = reasons[0].why
+            for reason in reasons:
+                if reason.scope is not None:
+                    state.triggered.add((subject.name, subject.impl.known_defects.index(reason.scope)))
+        outcomes[slug] = outcome
+    return outcomes
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     result = yield
     report = result.get_result()
@@ -187,49 +225,81 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     state = item.config.stash[STATE]
     slugs, subject = found
-    if report.when == "call" or (report.when == "setup" and not report.passed) or report.failed:
-        status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
-        if report.failed and report.when != "call":
-            status = "error"
-        outcome = Outcome(status, item.nodeid)
+    if not (report.when == "call" or (report.when == "setup" and not report.passed) or report.failed):
+        return
+    status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
+    if report.failed and report.when != "call":
+        status = "error"
+    prop = item.originalname
+    if status in ("pass", "skip", "error"):
+        outcome = Outcome(status, item.nodeid, prop)
         if status == "skip":
             outcome.detail = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-        if status in ("fail", "error"):
-            violation = _violation(call.excinfo)
-            if violation is not None:
-                outcome.detail = violation.summary + "".join(f"\n{d}" for d in violation.details)
-                outcome.counterexample = violation.counterexample()
-            else:
-                outcome.detail = call.excinfo.exconly()[:2000] if call.excinfo else report.longreprtext[-2000:]
-                outcome.counterexample = _falsifying_example(report.longreprtext)
-            report.sections.append(("claim", _claim_section(state, slugs)))
-        reasons = [state.declared(slug, subject) for slug in slugs]
-        if status == "fail" and all(reasons):
-            outcome.expected = True
-            report.outcome = "skipped"
-            report.wasxfail = f"declared: {reasons[0]}"
+        if status == "error":
+            outcome.detail = report.longreprtext[-2000:]
         for slug in slugs:
             state.outcomes[(slug, _name(subject))].append(outcome)
+        return
+    failures = _failures(call.excinfo)
+    violation = next((f for f in failures if isinstance(f, PropertyViolation)), None)
+    if violation is not None:
+        detail = "\n\n".join(_message(f) for f in failures)
+        counterexample = violation.counterexample()
+    else:
+        detail = call.excinfo.exconly()[:2000] if call.excinfo else report.longreprtext[-2000:]
+        counterexample = _falsifying_example(report.longreprtext)
+    outcomes = _blame(state, slugs, subject, prop, failures, detail)
+    report.sections.append(("claim", _claim_section(state, tuple(outcomes))))
+    for slug, outcome in outcomes.items():
+        outcome.nodeid, outcome.detail, outcome.counterexample = item.nodeid, detail, counterexample
+        state.outcomes[(slug, _name(subject))].append(outcome)
+    if all(o.expected for o in outcomes.values()):
+        report.outcome = "skipped"
+        report.wasxfail = f"declared: {next(iter(outcomes.values())).why}"
 
 
-def _uncaught_declarations(state: RunState) -> list[str]:
-    """Declared defects the run exercised fully without one failure."""
-    problems = []
-    subjects = [(v.name, v) for v in state.variants]
-    for name, subject in subjects:
-        for slug, why in subject.impl.known_defects.items():
-            ran = state.outcomes.get((slug, name), [])
-            complete = state.collected.get((slug, name), set()) >= set(PROPERTIES.get(slug, ()))
-            if complete and ran and aggregate(ran)["status"] == "pass":
-                problems.append(f"{name} declares a known defect in '{slug}' ({why}) but no property caught it")
-    return problems
+def _short(name: str) -> str:
+    """A property's function name, from 'module::name' or 'name'."""
+    return name.rpartition("::")[2]
+
+
+def _uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
+    """Declarations whose properties all ran on their dtype, at least one not skipped, none caught."""
+    uncaught = []
+    for variant in state.variants:
+        for index, scope in enumerate(variant.impl.known_defects):
+            if variant.dtype not in scope.dtypes or (variant.name, index) in state.triggered:
+                continue
+            outcomes = state.outcomes.get((scope.claim, variant.name), [])
+            claim = state.claims.get(scope.claim)
+            if claim is not None and not claim.holds and any(o.expected for o in outcomes):
+                continue  # a false seed sentence, refuted on this subject: the declaration had nothing left to cover
+            named = {_short(p) for p in scope.properties or PROPERTIES.get(scope.claim, ())}
+            collected = {_short(p) for p in state.collected.get((scope.claim, variant.name), ())}
+            ran = [o for o in outcomes if o.prop in named and o.status != "skip"]
+            if named <= collected and ran:
+                uncaught.append((variant, scope.describe()))
+    return uncaught
+
+
+def judge_declarations(state: RunState, derandomized: bool) -> bool:
+    """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
+    (the run is reproducible, so the record's declaration is wrong: exit 1)."""
+    fatal = False
+    for variant, declaration in _uncaught_declarations(state):
+        error = variant.impl.builtin and derandomized
+        fatal |= error
+        state.problems.append(f"{'ERROR' if error else 'WARNING'}: {variant.name} declares a known defect that "
+                              f"no property caught: {declaration}")
+    return fatal
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None or not state.outcomes:
         return
-    state.problems = _uncaught_declarations(state)
+    if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     state.report = build_report(state, time.monotonic() - state.started,
                                 profile=settings.get_current_profile_name())
     directory = session.config.getoption("report")
@@ -245,7 +315,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for line in matrix_lines(state.report):
         terminalreporter.write_line(line)
     for problem in state.problems:
-        terminalreporter.write_line(f"WARNING: {problem}", yellow=True)
+        terminalreporter.write_line(problem, red=problem.startswith("ERROR"), yellow=not problem.startswith("ERROR"))
     directory = config.getoption("report")
     if directory:
         terminalreporter.write_line(f"report written to {directory}/report.json, report.md, report.html")

@@ -14,20 +14,33 @@ import json
 from pathlib import Path
 
 from harness.markers import ORACLE, PROPERTIES
+from harness.trial import HEADROOM
 
 STATUSES = ("pass", "fail", "skip", "error")
 SYMBOLS = {"pass": "+", "fail": "F", "expected": "x", "error": "E", "skip": "s", None: "."}
 
 
 def aggregate(outcomes: list) -> dict:
-    """One verdict from the outcomes of every test of a claim on one subject."""
-    by_status = {s: [o for o in outcomes if o.status == s] for s in STATUSES}
-    for status in ("fail", "error", "pass", "skip"):
-        if by_status[status]:
-            first = by_status[status][0]
+    """One verdict from the outcomes of every test of a claim on one subject.
+
+    Precedence: an unexpected failure, then an error, then a declared failure, then pass, then
+    skip, so nothing worse is ever hidden behind a declared failure.
+    """
+    fails = [o for o in outcomes if o.status == "fail"]
+    groups = (
+        ("fail", [o for o in fails if not o.expected]),
+        ("error", [o for o in outcomes if o.status == "error"]),
+        ("fail", [o for o in fails if o.expected]),
+        ("pass", [o for o in outcomes if o.status == "pass"]),
+        ("skip", [o for o in outcomes if o.status == "skip"]),
+    )
+    for status, group in groups:
+        if group:
+            first = group[0]
             return {"status": status, "detail": first.detail, "counterexample": first.counterexample,
-                    "expected": all(o.expected for o in by_status["fail"]) if status == "fail" else False,
-                    "tests": len(outcomes), "test": first.nodeid}
+                    "expected": status == "fail" and first.expected, "why": first.why,
+                    "tests": len(outcomes), "test": first.nodeid,
+                    "failed_properties": sorted({o.prop for o in fails})}
     raise ValueError("a verdict needs at least one outcome")
 
 
@@ -39,13 +52,8 @@ def _subjects(state) -> list[str]:
 
 
 def build_report(state, duration_s: float, profile: str | None = None) -> dict:
-    variants = {v.name: v for v in state.variants}
-    verdicts = []
-    for (slug, subject), outcomes in state.outcomes.items():
-        verdict = {"claim": slug, "impl": subject, **aggregate(outcomes)}
-        if verdict["status"] == "fail":
-            verdict["why"] = state.declared(slug, variants.get(subject, subject)) or ""
-        verdicts.append(verdict)
+    verdicts = [{"claim": slug, "impl": subject, **aggregate(outcomes)}
+                for (slug, subject), outcomes in state.outcomes.items()]
     order = {slug: i for i, slug in enumerate(state.claims)}
     subjects = _subjects(state)
     verdicts.sort(key=lambda v: (order.get(v["claim"], len(order)), subjects.index(v["impl"])))
@@ -63,6 +71,8 @@ def build_report(state, duration_s: float, profile: str | None = None) -> dict:
         "verdicts": verdicts,
         "unavailable": [{"target": u.target, "reason": u.reason} for u in state.unavailable],
         "uncaught_declared_defects": list(state.problems),
+        # largest error / allowed among comparisons that passed, per implementation variant
+        "headroom": {name: round(ratio, 4) for name, ratio in sorted(HEADROOM.items())},
         "summary": summary,
         "profile": profile,
         "duration_s": round(duration_s, 1),
@@ -134,6 +144,11 @@ def _markdown(report: dict) -> str:
         repro = (v.get("counterexample") or {}).get("repro")
         if repro:
             out += ["", "```python", repro, "```"]
+        out.append("")
+    if report.get("headroom"):
+        out += ["## Headroom", "", "Largest error / allowed among the comparisons each implementation passed "
+                "(1 would be at the tolerance):", ""]
+        out += [f"- `{name}`: {ratio:.3g}" for name, ratio in report["headroom"].items()]
         out.append("")
     out += ["## Not checkable", ""]
     out += [f"- `{c['slug']}` ({c['source']}): {c['why']}" for c in report["claims"] if c["kind"] == "not-checkable"]

@@ -16,7 +16,8 @@ import numpy as np
 from hypothesis import currently_in_test_context, note, reject, target
 from hypothesis import strategies as st
 
-from harness.evidence import PropertyViolation
+from harness.declarations import RUNNING, all_expected
+from harness.evidence import DeclaredViolation, PropertyViolation
 from impls.registry import Variant
 from specs.problems import Problem
 from specs.reference import AttentionResult, repeat_kv
@@ -28,6 +29,8 @@ from specs.tolerance import (
     metamorphic_allowance,
     own_rounding_bound,
 )
+
+HEADROOM: dict[str, float] = {}  # variant name -> largest error / allowed of any passing comparison
 
 
 class CallSettings:
@@ -206,15 +209,22 @@ class Trial:
         return "\n".join(lines)
 
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
-             call: str | None = None, script: str | None = None) -> NoReturn:
+             call: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
+        """Raise the violation; `claim` names the claim whose assertion failed when a property checks several."""
         problem = problem or self.problem
-        raise PropertyViolation(summary, impl=self.variant.name, problem=problem, details=details,
-                                repro=self.repro(problem, call, script))
+        fields = dict(impl=self.variant.name, problem=problem, details=details,
+                      repro=self.repro(problem, call, script), claim=claim)
+        violation = PropertyViolation(summary, **fields)
+        running = RUNNING.get()
+        if running is not None and all_expected((claim,) if claim else running.claims, self.variant,
+                                                running.prop, violation.message()):
+            raise DeclaredViolation(summary, **fields)
+        raise violation
 
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
                      problem: Problem | None = None, call: str | None = None,
-                     script: str | None = None) -> None:
+                     script: str | None = None, claim: str | None = None) -> None:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere."""
         bound = np.broadcast_to(allowance.bound, expected.shape)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -233,7 +243,7 @@ class Trial:
             f"tolerance: {allowance.rule}",
         )
         self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=details,
-                  call=call, script=script)
+                  call=call, script=script, claim=claim)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
                          expected_index: tuple = (...,)) -> None:
@@ -266,7 +276,10 @@ class Trial:
         return out, allowance, own
 
     def _target(self, ratio: float, what: str) -> None:
-        """Steer the `thorough` profile towards inputs where the error nears its allowance."""
+        """Record the headroom, and steer the `thorough` profile towards inputs where the error nears
+        its allowance."""
+        if np.isfinite(ratio):
+            HEADROOM[self.variant.name] = max(HEADROOM.get(self.variant.name, 0.0), ratio)
         label = f"{what} error / allowed #{len(self._targets)}"
         self._targets.append(label)
         if self.in_hypothesis and np.isfinite(ratio):

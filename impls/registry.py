@@ -3,7 +3,8 @@
 An implementation is `fn(q, k, v, *, scale=None, causal=False, mask=None) -> out`.
 Keywords present in the signature are features it has; the optional attribute
 `fn.attention_capabilities` (a dict) refines the rest; `fn.known_defects`
-({claim slug: why}) declares the claims it is known to break. Built-in records
+declares the claims it is known to break, each scoped to how it fails
+(impls.defects: dtypes, properties, a regex on the message). Built-in records
 use the `attention_impl` decorator, which only sets those same attributes, so
 one mechanism reads built-in and outside implementations alike.
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from impls.defects import DefectDeclarationError, DefectScope, parse_known_defects
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
 
@@ -28,6 +30,7 @@ BUILTIN_TARGETS = (
     "impls.numpy_reference:reference_attention",
     "impls.numpy_tiled:tiled_attention",
     "impls.numpy_paged:paged_attention",
+    "impls.numpy_split_kv:split_kv_attention",
     "impls.seed000_exp_ratio:exp_ratio_attention",
     "impls.seed000_three_line:three_line_attention",
     "impls.seed001_multihead:seed_multi_head_attention",
@@ -99,9 +102,17 @@ class Impl:
     target: str
     fn: Callable = field(repr=False)
     capabilities: Capabilities
-    known_defects: Mapping[str, str]
+    known_defects: tuple[DefectScope, ...]
     backend: str
     unavailable: str | None = None  # why it cannot run on this machine
+
+    @property
+    def builtin(self) -> bool:
+        """A record this project maintains (its declarations must all be caught under the `ci` profile)."""
+        return self.target in BUILTIN_TARGETS
+
+    def declared_claims(self) -> set[str]:
+        return {scope.claim for scope in self.known_defects}
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +127,7 @@ class Variant:
         return f"{self.impl.name}[{self.dtype}]"
 
 
-def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, str] | None = None,
+def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, object] | None = None,
                    probe: Callable[[], str | None] | None = None, **capabilities):
     """Declare a built-in implementation's record on the function itself."""
 
@@ -194,13 +205,17 @@ def _import_target(target: str) -> Callable:
 def load_impl(target: str) -> Impl:
     """Turn 'module.path:function' or 'path/to/file.py:function' into a record."""
     fn = _import_target(target)
-    known = dict(getattr(fn, "known_defects", None) or {})
+    capabilities = _capabilities(fn, target)
+    try:
+        known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
+    except DefectDeclarationError as exc:
+        raise ImplLoadError(str(exc)) from None
     probe = getattr(fn, "attention_probe", None)
     return Impl(
         name=getattr(fn, "attention_name", target),
         target=target,
         fn=fn,
-        capabilities=_capabilities(fn, target),
+        capabilities=capabilities,
         known_defects=known,
         backend=getattr(fn, "attention_backend", "user"),
         unavailable=probe() if probe else None,

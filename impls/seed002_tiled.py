@@ -117,16 +117,30 @@ def _flatten_heads(q, k, v):
 
 
 REORDERED = "which keys share a block, and so a softmax, depends on their order"
+# claim -> the properties that see the per-block softmax (measured on both records, ci profile)
+FAILING_PROPERTIES = {
+    "unit-dot-product-is-cosine": ('test_unit_tokens_are_scored_by_cosine',),
+    "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
+    "sdpa-formula": ('test_output_matches_oracle',),
+    "weights-measure-relevance": ('test_weights_are_monotone_in_scores',),
+    "score-large-when-query-seeks-key": ('test_query_pointing_at_key_weights_it_most',),
+    "output-in-convex-hull": ('test_output_lies_in_convex_hull_of_values',),
+    "permutation-equivariance": ('test_permuting_keys_with_values_changes_nothing',),
+    "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
+    "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
+    "tiled-equals-global": ('test_any_tiling_equals_global_attention',),
+    "rows-sum-to-one": ('test_observed_weights_are_distributions', 'test_values_all_ones_give_outputs_all_ones'),
+    "cross-and-self-same-computation": ('test_self_attention_on_one_sequence',),
+    "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
+    "long-range-in-one-step": ('test_permuting_keys_with_values_changes_nothing',),
+    "attention-optimal-linear-approximation": ('test_output_minimises_weighted_squared_distance',),
+    "dot-product-as-distance": ('test_unit_vectors_weighted_by_nearness',),
+    "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+}
 SEED_BLOCKWISE_DEFECTS = {
-    **dict.fromkeys((
-        "sdpa-formula", "rows-sum-to-one", "weights-in-unit-interval", "tiled-equals-global",
-        "output-in-convex-hull", "weights-measure-relevance", "score-large-when-query-seeks-key",
-        "ratio-of-exp-sums", "online-softmax-avoids-overflow", "cross-and-self-same-computation",
-        "self-attention-four-steps", "concat-then-output-projection",
-        "attention-optimal-linear-approximation",
-    ), PER_BLOCK_SOFTMAX),
-    "permutation-equivariance": REORDERED,
-    "long-range-in-one-step": REORDERED,
+    claim: {"why": REORDERED if claim in ("permutation-equivariance", "long-range-in-one-step") else PER_BLOCK_SOFTMAX,
+            "dtypes": ("float64",), "properties": properties}
+    for claim, properties in FAILING_PROPERTIES.items()
 }
 
 

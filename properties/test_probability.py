@@ -29,10 +29,10 @@ def test_observed_weights_are_distributions(impl, data):
     observed = observe_weights(trial)
     weights, allowance = observed.weights, observed.allowance
     trial.expect_close(np.clip(weights, 0.0, 1.0), weights, allowance, what="weights",
-                       versus="the interval [0, 1]", problem=observed.problem)
+                       versus="the interval [0, 1]", problem=observed.problem, claim="weights-in-unit-interval")
     sums = weights.sum(axis=-1, keepdims=True)
     trial.expect_close(sums, np.ones_like(sums), row_sum_allowance(allowance, weights),
-                       what="row sums of the weights", versus="1", problem=observed.problem)
+                       what="row sums of the weights", versus="1", problem=observed.problem, claim="rows-sum-to-one")
 
 
 @checks("rows-sum-to-one")

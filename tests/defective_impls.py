@@ -1,13 +1,22 @@
 """Deliberately wrong implementations, written as an outside user would write one (CONTRACT 1:
 plain functions with `attention_capabilities` and `known_defects` attributes, no import of the suite).
 
-Each declares, as data, the claims its bug breaks; tests/test_defects_caught.py runs the properties
-against all of them and requires every declared claim to fail and every other claim to hold.
+Each declares, as data, the claims its bug breaks and the properties that see it (a scoped declaration,
+impls/defects.py); tests/test_defects_caught.py runs the properties against all of them and requires
+every declared claim to fail, only in the declared properties, and every other claim to hold.
 """
 
 import math
 
 import numpy as np
+
+
+def _scoped(why, failing, **other_whys):
+    """{claim: (properties that fail)} -> scoped declarations, all in float64; `other_whys` maps a
+    claim (underscores for dashes) to its own reason."""
+    whys = {claim.replace("_", "-"): reason for claim, reason in other_whys.items()}
+    return {claim: {"why": whys.get(claim, why), "dtypes": ("float64",), "properties": properties}
+            for claim, properties in failing.items()}
 
 
 def _softmax(scores, axis=-1):
@@ -42,15 +51,28 @@ def missing_scale(q, k, v, *, causal=False, mask=None):
 
 
 SCALE_DEPENDENT = "scores are sqrt(d) times too large, so every value-level comparison with the oracle fails"
-missing_scale.known_defects = {
-    "sqrt-dk-variance": "the log-weight gaps have variance 2 d, not 2",
-    "scale-keeps-softmax-flat": "without the scale the softmax saturates as d grows",
-    **dict.fromkeys((
-        "sdpa-formula", "cross-and-self-same-computation", "worked-example-shapes", "worked-example-cross-shapes",
-        "siwuxiang-query-result", "ratio-of-exp-sums", "online-softmax-avoids-overflow", "self-attention-four-steps",
-        "concat-then-output-projection", "attention-is-expectation",
-    ), SCALE_DEPENDENT),
-}
+missing_scale.known_defects = _scoped(SCALE_DEPENDENT, {
+    "unit-dot-product-is-cosine": ('test_unit_tokens_are_scored_by_cosine',),
+    "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
+    "sdpa-formula": (
+        'test_causal_attention_with_different_lengths_matches_oracle',
+        'test_masked_attention_matches_oracle',
+        'test_output_matches_oracle',
+    ),
+    "worked-example-shapes": ('test_seed000_worked_example',),
+    "scale-keeps-softmax-flat": ('test_softmax_jacobian_does_not_vanish_as_d_grows',),
+    "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
+    "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
+    "siwuxiang-query-result": ('test_siwuxiang_query_result',),
+    "worked-example-cross-shapes": ('test_seed001_three_queries_four_keys',),
+    "attention-is-expectation": ('test_output_is_expectation_of_values_under_weights',),
+    "cross-and-self-same-computation": ('test_cross_attention_matches_oracle', 'test_self_attention_on_one_sequence'),
+    "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
+    "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
+    "sqrt-dk-variance": ('test_scaled_scores_have_unit_variance',),
+    "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+}, sqrt_dk_variance="the log-weight gaps have variance 2 d, not 2",
+   scale_keeps_softmax_flat="without the scale the softmax saturates as d grows")
 
 
 def softmax_over_queries(q, k, v, *, scale=None):
@@ -61,14 +83,30 @@ def softmax_over_queries(q, k, v, *, scale=None):
 
 
 WRONG_AXIS = "columns, not rows, sum to 1"
-softmax_over_queries.known_defects = dict.fromkeys((
-    "rows-sum-to-one", "weights-in-unit-interval", "sdpa-formula", "output-in-convex-hull",
-    "parallel-over-positions", "cross-and-self-same-computation", "worked-example-shapes",
-    "worked-example-cross-shapes", "siwuxiang-query-result", "explicit-softmax-scale",
-    "weights-measure-relevance", "score-large-when-query-seeks-key", "ratio-of-exp-sums",
-    "online-softmax-avoids-overflow", "self-attention-four-steps", "concat-then-output-projection",
-    "attention-is-expectation", "attention-optimal-linear-approximation", "sqrt-dk-variance",
-), WRONG_AXIS)
+softmax_over_queries.known_defects = _scoped(WRONG_AXIS, {
+    "unit-dot-product-is-cosine": ('test_unit_tokens_are_scored_by_cosine',),
+    "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
+    "sdpa-formula": ('test_output_matches_oracle',),
+    "weights-measure-relevance": ('test_weights_are_monotone_in_scores',),
+    "worked-example-shapes": ('test_seed000_worked_example',),
+    "score-large-when-query-seeks-key": ('test_query_pointing_at_key_weights_it_most',),
+    "output-in-convex-hull": ('test_output_lies_in_convex_hull_of_values',),
+    "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
+    "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
+    "explicit-softmax-scale": ('test_explicit_scale_replaces_default',),
+    "rows-sum-to-one": ('test_observed_weights_are_distributions', 'test_values_all_ones_give_outputs_all_ones'),
+    "siwuxiang-query-result": ('test_siwuxiang_query_result',),
+    "worked-example-cross-shapes": ('test_seed001_three_queries_four_keys',),
+    "attention-is-expectation": ('test_output_is_expectation_of_values_under_weights',),
+    "cross-and-self-same-computation": ('test_cross_attention_matches_oracle', 'test_self_attention_on_one_sequence'),
+    "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
+    "parallel-over-positions": ('test_any_subset_of_queries_gives_the_same_rows',),
+    "attention-optimal-linear-approximation": ('test_output_minimises_weighted_squared_distance',),
+    "dot-product-as-distance": ('test_unit_vectors_weighted_by_nearness',),
+    "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
+    "sqrt-dk-variance": ('test_scaled_scores_have_unit_variance',),
+    "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+})
 
 
 def causal_off_by_one(q, k, v, *, scale=None, causal=False):
@@ -78,11 +116,14 @@ def causal_off_by_one(q, k, v, *, scale=None, causal=False):
     return _weights_to_out(_softmax(_masked(q @ k.swapaxes(-1, -2) * s, causal, None, shift=1)), v)
 
 
-causal_off_by_one.known_defects = {
-    "causal-mask-zeroes-future": "query i sees key i + 1",
-    "causal-alignment": "neither top-left nor bottom-right: the diagonal is shifted by one",
-    "sdpa-formula": "with causal=True the output includes one future token",
-}
+causal_off_by_one.known_defects = _scoped("query i sees key i + 1", {
+    "sdpa-formula": ('test_causal_attention_with_different_lengths_matches_oracle',),
+    "causal-mask-zeroes-future": (
+        'test_causal_weights_on_future_keys_are_zero',
+        'test_changing_future_tokens_leaves_past_outputs',
+    ),
+    "causal-alignment": ('test_zero_weights_follow_the_declared_alignment',),
+})
 
 
 def per_block_softmax(q, k, v, *, scale=None, block_cols=16):
@@ -98,17 +139,27 @@ def per_block_softmax(q, k, v, *, scale=None, block_cols=16):
 
 per_block_softmax.attention_capabilities = {"tile_keywords": ("block_cols",)}
 BLOCKS = "each key block is normalised separately: a row's weights sum to the number of key blocks"
-per_block_softmax.known_defects = {
-    **dict.fromkeys((
-        "tiled-equals-global", "sdpa-formula", "rows-sum-to-one", "weights-in-unit-interval",
-        "output-in-convex-hull", "cross-and-self-same-computation", "explicit-softmax-scale",
-        "weights-measure-relevance", "score-large-when-query-seeks-key", "ratio-of-exp-sums",
-        "online-softmax-avoids-overflow", "self-attention-four-steps", "concat-then-output-projection",
-        "attention-optimal-linear-approximation",
-    ), BLOCKS),
-    "permutation-equivariance": "which keys share a block depends on their order",
-    "long-range-in-one-step": "which keys share a block depends on their order",
-}
+REORDERED = "which keys share a block depends on their order"
+per_block_softmax.known_defects = _scoped(BLOCKS, {
+    "unit-dot-product-is-cosine": ('test_unit_tokens_are_scored_by_cosine',),
+    "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
+    "sdpa-formula": ('test_output_matches_oracle',),
+    "weights-measure-relevance": ('test_weights_are_monotone_in_scores',),
+    "score-large-when-query-seeks-key": ('test_query_pointing_at_key_weights_it_most',),
+    "output-in-convex-hull": ('test_output_lies_in_convex_hull_of_values',),
+    "permutation-equivariance": ('test_permuting_keys_with_values_changes_nothing',),
+    "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
+    "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
+    "tiled-equals-global": ('test_any_tiling_equals_global_attention',),
+    "explicit-softmax-scale": ('test_explicit_scale_replaces_default',),
+    "rows-sum-to-one": ('test_observed_weights_are_distributions', 'test_values_all_ones_give_outputs_all_ones'),
+    "cross-and-self-same-computation": ('test_cross_attention_matches_oracle', 'test_self_attention_on_one_sequence'),
+    "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
+    "long-range-in-one-step": ('test_permuting_keys_with_values_changes_nothing',),
+    "attention-optimal-linear-approximation": ('test_output_minimises_weighted_squared_distance',),
+    "dot-product-as-distance": ('test_unit_vectors_weighted_by_nearness',),
+    "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+}, permutation_equivariance=REORDERED, long_range_in_one_step=REORDERED)
 
 
 def positional_bias(q, k, v, *, scale=None):
@@ -121,14 +172,28 @@ def positional_bias(q, k, v, *, scale=None):
 
 
 POSITION = "the scores depend on where a key sits, not only on what it is"
-positional_bias.known_defects = dict.fromkeys((
-    "permutation-equivariance", "long-range-in-one-step", "sdpa-formula",
-    "cross-and-self-same-computation", "worked-example-shapes", "worked-example-cross-shapes",
-    "siwuxiang-query-result", "explicit-softmax-scale", "weights-measure-relevance",
-    "score-large-when-query-seeks-key", "ratio-of-exp-sums", "online-softmax-avoids-overflow",
-    "self-attention-four-steps", "concat-then-output-projection", "attention-is-expectation",
-    "sqrt-dk-variance",
-), POSITION)
+positional_bias.known_defects = _scoped(POSITION, {
+    "unit-dot-product-is-cosine": ('test_unit_tokens_are_scored_by_cosine',),
+    "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
+    "sdpa-formula": ('test_output_matches_oracle',),
+    "weights-measure-relevance": ('test_weights_are_monotone_in_scores',),
+    "worked-example-shapes": ('test_seed000_worked_example',),
+    "score-large-when-query-seeks-key": ('test_query_pointing_at_key_weights_it_most',),
+    "permutation-equivariance": ('test_permuting_keys_with_values_changes_nothing',),
+    "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
+    "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
+    "explicit-softmax-scale": ('test_explicit_scale_replaces_default',),
+    "siwuxiang-query-result": ('test_siwuxiang_query_result',),
+    "worked-example-cross-shapes": ('test_seed001_three_queries_four_keys',),
+    "attention-is-expectation": ('test_output_is_expectation_of_values_under_weights',),
+    "cross-and-self-same-computation": ('test_cross_attention_matches_oracle', 'test_self_attention_on_one_sequence'),
+    "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
+    "long-range-in-one-step": ('test_permuting_keys_with_values_changes_nothing',),
+    "dot-product-as-distance": ('test_unit_vectors_weighted_by_nearness',),
+    "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
+    "sqrt-dk-variance": ('test_scaled_scores_have_unit_variance',),
+    "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+})
 
 
 def softmax_in_float32(q, k, v, *, scale=None):
@@ -140,17 +205,27 @@ def softmax_in_float32(q, k, v, *, scale=None):
 
 
 HALF_PRECISION = "weights carry float32 rounding (~6e-8 relative), far above the float64 bound"
-softmax_in_float32.known_defects = {
-    **dict.fromkeys((
-        "sdpa-formula", "cross-and-self-same-computation", "worked-example-shapes", "worked-example-cross-shapes",
-        "siwuxiang-query-result", "explicit-softmax-scale", "ratio-of-exp-sums", "online-softmax-avoids-overflow",
-        "self-attention-four-steps", "concat-then-output-projection", "rows-sum-to-one",
-        "weights-in-unit-interval", "attention-optimal-linear-approximation", "output-in-convex-hull",
-        "permutation-equivariance", "long-range-in-one-step",
-    ), HALF_PRECISION),
-    "complete-graph-positive-weights": "float32 exponentials underflow to 0 once a score is ~87 below the row's "
-                                      "maximum, where float64 keeps them positive down to ~-708",
-}
+softmax_in_float32.known_defects = _scoped(HALF_PRECISION, {
+    "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
+    "sdpa-formula": ('test_output_matches_oracle',),
+    "worked-example-shapes": ('test_seed000_worked_example',),
+    "output-in-convex-hull": ('test_output_lies_in_convex_hull_of_values',),
+    "permutation-equivariance": ('test_permuting_keys_with_values_changes_nothing',),
+    "complete-graph-positive-weights": ('test_every_key_gets_positive_weight',),
+    "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
+    "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
+    "explicit-softmax-scale": ('test_explicit_scale_replaces_default',),
+    "rows-sum-to-one": ('test_observed_weights_are_distributions', 'test_values_all_ones_give_outputs_all_ones'),
+    "siwuxiang-query-result": ('test_siwuxiang_query_result',),
+    "worked-example-cross-shapes": ('test_seed001_three_queries_four_keys',),
+    "cross-and-self-same-computation": ('test_cross_attention_matches_oracle', 'test_self_attention_on_one_sequence'),
+    "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
+    "long-range-in-one-step": ('test_permuting_keys_with_values_changes_nothing',),
+    "attention-optimal-linear-approximation": ('test_output_minimises_weighted_squared_distance',),
+    "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
+    "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+}, complete_graph_positive_weights="float32 exponentials underflow to 0 once a score is ~87 below the row's "
+                                                 "maximum, where float64 keeps them positive down to ~-708")
 
 DEFECTIVE = ("missing_scale", "softmax_over_queries", "causal_off_by_one", "per_block_softmax",
              "positional_bias", "softmax_in_float32")

@@ -1,0 +1,56 @@
+"""Which failures are expected: scoped defect declarations and the catalogue's refutations.
+
+A failure of claim C in property P on subject S with message M is expected when
+- C is a seed sentence false as written (`holds = false`) and M matches C's `refutation`, or
+- S is an implementation variant that declares a scope covering (C, its dtype, P, M)
+  (impls.defects.DefectScope); an implementation's own defect can break a false sentence's
+  property in another way than the refutation, and then only its declaration covers it.
+Anything else is an unexpected failure. The plugin (verdicts) and harness.trial (which
+exception a failure raises, so Hypothesis keeps declared and undeclared failures apart)
+both ask this module, so the rule is written once.
+"""
+
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from impls.defects import DefectScope
+from impls.registry import Variant
+from specs.catalogue import load_claims
+
+
+@dataclass(frozen=True)
+class RunningCheck:
+    """The property being run: its function name and the claims it checks (set by the plugin)."""
+
+    prop: str
+    claims: tuple[str, ...]
+
+
+RUNNING: ContextVar[RunningCheck | None] = ContextVar("running_check", default=None)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Why a failure is expected, and the declaration that covers it (None for a refuted seed sentence)."""
+
+    why: str
+    scope: DefectScope | None = None
+
+
+def expected_failure(slug: str, subject: Variant | str, prop: str, message: str) -> Expected | None:
+    """The reason a failure of `slug` is expected on `subject`, or None if it is not."""
+    claim = load_claims().get(slug)
+    if claim is not None and not claim.holds and re.search(claim.refutation, message):
+        return Expected(f"the seed's sentence is false as written: {claim.why}")
+    if isinstance(subject, Variant):
+        for scope in subject.impl.known_defects:
+            if scope.covers(slug, subject.dtype, prop, message):
+                return Expected(scope.why, scope)
+    return None
+
+
+def all_expected(slugs: tuple[str, ...], subject: Variant | str, prop: str, message: str) -> bool:
+    return bool(slugs) and all(expected_failure(s, subject, prop, message) for s in slugs)
