@@ -1,0 +1,93 @@
+"""The tolerance model's power, as a table that is a test (issue: tolerances with measured power).
+
+At d = 64, n_q = 128 and n_k = 128 and 1024 (fixed seeds), every slightly wrong implementation of
+tests/precision_variants.py is either caught by the allowance of specs.tolerance (its largest
+error / allowed > 1) or declared below resolution with the reason, which is itself checked: its
+largest error is less than RESOLUTION times the largest error of a correct implementation on the
+same input, so no per-element rule that passes correct code could catch it. And every correct
+implementation, written in its unusual way, stays under half the allowance.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from specs.problems import build
+from specs.tolerance import forward_allowance
+from tests.precision_variants import CORRECT, SLIGHTLY_WRONG, split_kv_merge
+
+RESOLUTION = 3.0
+SERIAL_SUM = ("below resolution: values 1e3 + N(0, 1) summed serially in float32 round at 1e3's ulp; "
+              "a correct one-key-at-a-time online softmax errs by as much as this defect moves the output")
+HALF_ULP = "below resolution: the float16 output's ulp near 1e3 is 0.5, larger than what this defect changes"
+CAUGHT = "caught"
+
+# (dtype, value style, n_k) -> {wrong variant: verdict}; cells not listed are caught.
+BELOW_RESOLUTION = {
+    ("float32", "offset", 128): {"bias 1e-3 on one score": SERIAL_SUM},
+    ("float32", "offset", 1024): {"scale 1/sqrt(d+1)": SERIAL_SUM, "bias 1e-3 on one score": SERIAL_SUM},
+    ("float16", "offset", 128): {"scale 1/sqrt(d+1)": HALF_ULP, "one key dropped": HALF_ULP},
+    ("float16", "offset", 1024): {"scale 1/sqrt(d+1)": HALF_ULP, "one key dropped": HALF_ULP},
+}
+# The issue asks float16 about these three only (the others are float32-inside-float16 questions).
+FLOAT16_WRONG = ("scale 1/sqrt(d+1)", "output x (1 - 1e-2)", "one key dropped")
+CELLS = [(dtype, values, n_k) for dtype in ("float32", "float16") for values in ("normal", "offset")
+         for n_k in (128, 1024)]
+
+
+@functools.cache
+def _case(dtype: str, values: str, n_k: int):
+    problem = build(batch=1, heads=2, heads_kv=2, n_q=128, n_k=n_k, d=64, d_v=64, seed=7, value_style=values)
+    q, k, v = (x.astype(dtype) for x in (problem.q, problem.k, problem.v))
+    oracle, allowance = forward_allowance(*(x.astype(np.float64) for x in (q, k, v)), dtype=dtype)
+    return q, k, v, oracle.out, allowance.bound
+
+
+def _worst(fn, dtype: str, values: str, n_k: int) -> tuple[float, float]:
+    """(largest |error|, largest |error| / allowed) of fn on the cell's problem."""
+    q, k, v, expected, bound = _case(dtype, values, n_k)
+    error = np.abs(np.asarray(fn(q, k, v), dtype=np.float64) - expected)
+    return float(error.max()), float(np.max(np.where(error > 0, error / bound, 0.0)))
+
+
+def _verdict(dtype: str, values: str, n_k: int, wrong: str) -> str:
+    return BELOW_RESOLUTION.get((dtype, values, n_k), {}).get(wrong, CAUGHT)
+
+
+@pytest.mark.parametrize("dtype, values, n_k", CELLS)
+@pytest.mark.parametrize("wrong", SLIGHTLY_WRONG)
+def test_slightly_wrong_implementation_is_caught_or_below_resolution(dtype, values, n_k, wrong):
+    if dtype == "float16" and wrong not in FLOAT16_WRONG:
+        pytest.skip("asked of float32 only")
+    error, ratio = _worst(SLIGHTLY_WRONG[wrong], dtype, values, n_k)
+    verdict = _verdict(dtype, values, n_k, wrong)
+    if verdict == CAUGHT:
+        assert ratio > 1, f"{wrong} in {dtype}, {values} values, n_k={n_k}: uses only {ratio:.3g} of the allowance"
+        return
+    assert ratio <= 1, f"{wrong} is now caught ({ratio:.3g}): move it to the caught cells"
+    correct_error = max(_worst(fn, dtype, values, n_k)[0] for fn in CORRECT.values())
+    assert error < RESOLUTION * correct_error, (
+        f"'{verdict}' does not hold: the defect's error {error:.3g} is not within {RESOLUTION:g}x the largest "
+        f"error of a correct implementation ({correct_error:.3g})")
+
+
+@pytest.mark.parametrize("dtype, values, n_k", CELLS)
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_implementation_stays_under_half_the_allowance(dtype, values, n_k, name):
+    _, ratio = _worst(CORRECT[name], dtype, values, n_k)
+    assert ratio < 0.5, f"{name} in {dtype} uses {ratio:.3g} of the allowance ({values} values, n_k={n_k})"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_float64_split_kv_merge_stays_inside_the_a_priori_bound(seed):
+    """Correct float64 code that normalises key splits separately and merges them through their
+    log-sum-exp: its rounding grows with |lse|, i.e. with the scores (style `large`)."""
+    problem = build(batch=2, heads=2, heads_kv=1, n_q=33, n_k=70, d=17, d_v=5, seed=seed, score_style="large")
+    oracle, allowance = forward_allowance(problem.q, problem.k, problem.v, dtype="float64")
+    for parts in (2, 3, 7):
+        got = split_kv_merge(problem.q, problem.k, problem.v, parts)
+        ratio = float(np.max(np.abs(got - oracle.out) / allowance.bound))
+        assert ratio < 0.5, f"split-KV merge over {parts} parts uses {ratio:.3g} of the float64 bound"
