@@ -9,6 +9,7 @@ expected to fail on every subject, with the counterexample in the report.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -41,6 +42,7 @@ class Claim:
     why: str = ""  # why it is not checkable, or why it does not hold as written
     note: str = ""
     also: tuple[str, ...] = ()  # other places the same claim is made
+    refutation: str = ""  # holds = false: regex (re.search) every refuting failure's message must match
 
     @property
     def source(self) -> str:
@@ -66,6 +68,16 @@ def _claim(entry: dict) -> Claim:
         raise CatalogueError(f"claim {claim.slug!r}: unknown source {claim.seed!r}")
     if (not claim.checkable or not claim.holds) and not claim.why:
         raise CatalogueError(f"claim {claim.slug!r}: a claim that is not checkable or does not hold needs `why`")
+    if claim.checkable and not claim.holds:
+        if not claim.refutation:
+            raise CatalogueError(f"claim {claim.slug!r}: holds = false needs `refutation`, a regex naming the "
+                                 "failure that refutes it (any other failure is unexpected)")
+        try:
+            re.compile(claim.refutation)
+        except re.error as exc:
+            raise CatalogueError(f"claim {claim.slug!r}: refutation is not a valid regex ({exc})") from None
+    elif claim.refutation:
+        raise CatalogueError(f"claim {claim.slug!r}: only a checkable claim with holds = false takes `refutation`")
     return claim
 
 
