@@ -1,4 +1,9 @@
-"""The geometric reading (seed 002 § 3.1.2; seed 000 § 向量化; seed 003 § 第一个概念; seed 000 § 自注意力)."""
+"""The geometric reading (seed 002 § 3.1.2; seed 000 § 向量化 and § 自注意力; seed 003 § 第一个概念).
+
+The seeds' readings of the dot product (a cosine on unit vectors, a distance, X times its own transpose)
+are checked on every implementation through its observed weights (harness.observe); seed 002's cosine
+code is checked as written.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,18 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.markers import checks
-from specs.problems import build
-from specs.reference import attention
+from harness.observe import ObservedWeights, observe_weights
+from harness.trial import Trial, problems_for
+from specs.problems import Problem, build
+from specs.reference import repeat_kv
 from specs.strategies import head_dims, lengths
-from specs.tolerance import dot_product_allowance, entropy_allowance, forward_allowance, unit_vector_allowance
-
-torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
-
-from interpretations.seed002_readings import geometric_attention_interpretation  # noqa: E402
+from specs.tolerance import (
+    dot_product_allowance,
+    entropy_allowance,
+    forward_allowance,
+    unit_roundoff,
+    unit_vector_allowance,
+)
 
 SUBJECT = "seed002-geometric"
 seeds = st.integers(0, 2**32 - 1)
@@ -25,15 +34,65 @@ unbatched = st.builds(lambda n_q, n_k, d, d_v, seed, style: build(n_q=n_q, n_k=n
                                                                     score_style=style),
                       lengths(64), lengths(64), head_dims(32), head_dims(8), seeds,
                       st.sampled_from(["normal", "integers", "large", "spiky"]))
+# Scores stay inside exp's range (default scale, no "large"/"huge"/"mixed" styles): these properties read
+# log-weights and weight ratios, which need weights that neither overflow nor vanish.
+MODERATE = ("normal", "spiky", "tiny")
+U = unit_roundoff(np.float64)
 
 
 def _seed_code(q, k, v):
+    torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
+    from interpretations.seed002_readings import geometric_attention_interpretation
+
     out, weights = geometric_attention_interpretation(*(torch.from_numpy(x[0, 0]) for x in (q, k, v)))
     return out.numpy()[None, None], weights.numpy()[None, None]
 
 
 def _unit(x):
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _diagonal(x: np.ndarray) -> np.ndarray:
+    """The diagonal of the last two axes, as a column (..., n, 1)."""
+    return np.diagonal(x, axis1=-2, axis2=-1)[..., :, None]
+
+
+def self_attention(problem: Problem, *, unit: bool = False) -> Problem:
+    """Q = K = X: X is the problem's keys (scaled to length 1 when `unit`), and every query head reads its
+    own kv head's tokens, so query i of a head meets its own token as key i."""
+    group = problem.q.shape[1] // problem.k.shape[1]
+    x = _unit(problem.k) if unit else problem.k
+    take = "x = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True)" if unit else "x = p.k"
+    return problem.derive(f"{take}; p = p.replace(k=x, q=np.repeat(x, {group}, axis=1))", k=x,
+                          q=repeat_kv(x, group))
+
+
+def unit_queries_and_keys(problem: Problem) -> Problem:
+    return problem.derive("p = p.replace(q=p.q / np.linalg.norm(p.q, axis=-1, keepdims=True), "
+                          "k=p.k / np.linalg.norm(p.k, axis=-1, keepdims=True))",
+                          q=_unit(problem.q), k=_unit(problem.k))
+
+
+def keys_of_many_lengths(problem: Problem) -> Problem:
+    """Key j scaled by 2^((j mod 5) - 2), from 1/4 to 4: keys far from the query can still align with it."""
+    factors = 2.0 ** (np.arange(problem.n_k) % 5 - 2)[:, None]
+    return problem.derive("p = p.replace(k=p.k * 2.0 ** (np.arange(p.n_k) % 5 - 2)[:, None])", k=problem.k * factors)
+
+
+def _log_weights(observed: ObservedWeights) -> tuple[np.ndarray, np.ndarray]:
+    """log W and its error bound: |log W - log W*| <= -log(1 - b/W) when |W - W*| <= b < W; inf (not
+    checkable) where the weight is within its allowance of 0."""
+    weights, bound = observed.weights, observed.allowance.bound
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(weights), np.where(weights > bound, -np.log1p(-bound / weights), np.inf)
+
+
+def _squared_distances(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|q_i - k_j|^2 = |q_i|^2 + |k_j|^2 - 2 q_i.k_j (..., n_q, n_k) and its float64 rounding bound,
+    gamma_{d+3} (|q_i| + |k_j|)^2."""
+    q_norms, k_norms = np.linalg.norm(q, axis=-1)[..., :, None], np.linalg.norm(k, axis=-1)[..., None, :]
+    squared = q_norms ** 2 + k_norms ** 2 - 2 * q @ k.swapaxes(-1, -2)
+    return squared, (q.shape[-1] + 3) * U * (q_norms + k_norms) ** 2
 
 
 @checks("geometric-cosine-temperature", subject=SUBJECT)
@@ -51,20 +110,23 @@ def test_cosine_attention_is_sdpa_on_unit_vectors_with_scale_10(problem, rescale
     assert np.all(np.abs(rescaled - weights) <= 2 * weights_allowance.bound), "weights change when q, k are rescaled"
 
 
+def orthogonal_move(q: np.ndarray, k: np.ndarray, seed: int) -> np.ndarray:
+    """q plus 3 |q| times a unit vector orthogonal to every key (k of one head: (1, 1, n_k, d), d > n_k)."""
+    keys = k[0, 0]
+    residual = np.random.default_rng(seed).standard_normal(keys.shape[1])
+    residual -= keys.T @ np.linalg.lstsq(keys.T, residual, rcond=None)[0]
+    return q + 3.0 * np.linalg.norm(q, axis=-1, keepdims=True) * residual / np.linalg.norm(residual)
+
+
 @checks("geometric-projection-literal", subject=SUBJECT)
 @given(n_k=st.integers(1, 6), extra=st.integers(1, 6), seed=seeds)
 def test_weights_depend_only_on_projection_onto_key_span(n_k, extra, seed):
-    """Dot-product attention passes this (shown first); the cosine code does not."""
+    """The cosine code's weights against the seed's projection reading (dot-product attention satisfies it:
+    tests/test_weak_checks.py)."""
     p = build(n_q=3, n_k=n_k, d=n_k + extra, d_v=2, seed=seed)
     q, k, v = p.q, p.k, p.v
-    keys = k[0, 0]
-    residual = np.random.default_rng(seed).standard_normal(keys.shape[1])
-    residual -= keys.T @ np.linalg.lstsq(keys.T, residual, rcond=None)[0]  # orthogonal to every key
-    moved = q + 3.0 * np.linalg.norm(q, axis=-1, keepdims=True) * residual / np.linalg.norm(residual)
-    plain, allowance = forward_allowance(q, k, np.eye(n_k)[None, None], dtype="float64")
-    shifted, allowance_shifted = forward_allowance(moved, k, np.eye(n_k)[None, None], dtype="float64")
-    assert np.all(np.abs(plain.out - shifted.out) <= allowance.bound + allowance_shifted.bound), \
-        "dot-product weights should ignore a query component orthogonal to the keys"
+    moved = orthogonal_move(q, k, seed)
+    _, allowance = forward_allowance(_unit(q), _unit(k), np.eye(n_k)[None, None], dtype="float64", scale=10.0)
     _, weights = _seed_code(q, k, v)
     _, weights_moved = _seed_code(moved, k, v)
     gap = np.abs(weights - weights_moved).max()
@@ -104,35 +166,145 @@ def test_temperature_limits_are_argmax_and_uniform(scores):
     assert np.all(np.abs(hot - 1 / n) <= 40.0 / 1e6 / n * np.e)
 
 
+def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
+    """Self-attention on unit tokens scores s cos(x_i, x_j), with cos in [-1, 1] and cos(x_i, x_i) = 1 (s > 0).
+    So within a row W_ij / W_il = e^{s (x_i.x_j - x_i.x_l)} <= e^{2 s |x_i| max_m |x_m|} (the cosine range), and
+    W_ij / W_ii <= e^{s |x_i| max(0, |x_j| - |x_i|)} (a token's own key scores highest). Norms are those of the
+    tokens the implementation received (unit up to its dtype's rounding); the exponents carry
+    2 s unit_vector_allowance(d) for the float64 norms and products of this check."""
+    x = trial.exact_inputs(observed.problem)[0]
+    s = observed.oracle.scale
+    norms = np.linalg.norm(x, axis=-1)[..., :, None]  # (..., n, 1)
+    rounding = 2 * s * unit_vector_allowance(x.shape[-1])
+    low, high = observed.weights - observed.allowance.bound, observed.weights + observed.allowance.bound
+    spread = np.exp(2 * s * norms * norms.max(axis=-2, keepdims=True) + rounding)
+    too_far = low.max(axis=-1, keepdims=True) - spread * high.min(axis=-1, keepdims=True)
+    if np.any(too_far > 0):
+        row = tuple(int(i) for i in np.unravel_index(int(np.argmax(too_far)), too_far.shape)[:-1])
+        trial.fail(f"on unit tokens two weights of row {row} differ by more than scores in [-s, s] allow",
+                   observed.problem, details=(f"max/min weight {observed.weights[row].max():.6g} / "
+                                              f"{observed.weights[row].min():.6g} > e^(2s) = {spread[row][0]:.6g}",))
+    own_limit = _diagonal(high) * np.exp(s * norms * np.maximum(norms.swapaxes(-1, -2) - norms, 0.0) + rounding)
+    above_own = low - own_limit
+    if np.any(above_own > 0):
+        where = np.unravel_index(int(np.argmax(above_own)), above_own.shape)
+        i, j = where[-2:]
+        trial.fail(f"on unit tokens key {j} gets more weight than query {i}'s own key, whose cosine 1 is the "
+                   "largest score", observed.problem,
+                   details=(f"W[{i},{j}] = {observed.weights[where]:.6g} > W[{i},{i}] = "
+                            f"{observed.weights[where[:-1] + (i,)]:.6g}",))
+
+
 @checks("unit-dot-product-is-cosine")
-@given(d=head_dims(64), seed=seeds)
-def test_dot_product_of_unit_vectors_is_cosine(d, seed):
-    p = build(d=d, seed=seed)
-    a, b = _unit(p.q[0, 0, 0]), _unit(p.k[0, 0, 0])
-    dot = float(a @ b)
-    cosine = float(torch.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b), dim=0))
-    slack = 2 * unit_vector_allowance(d)
-    assert abs(dot - cosine) <= slack
-    assert -1 - slack <= dot <= 1 + slack
-    assert abs(float(a @ a) - 1) <= slack and dot <= float(a @ a) + slack
+@given(data=st.data())
+def test_unit_tokens_are_scored_by_cosine(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False,
+                                     score_styles=("normal", "spiky")), label="problem")
+    trial = Trial(impl, problem)
+    expect_cosine_weights(trial, observe_weights(trial, self_attention(problem, unit=True)))
 
 
-@checks("dot-product-as-distance")
-@given(d=head_dims(64), seed=seeds)
-def test_unit_dot_product_ranks_like_distance(d, seed):
-    p = build(n_q=1, n_k=8, d=d, seed=seed)
-    a, keys = _unit(p.q[0, 0, 0]), _unit(p.k[0, 0])
-    dots, distances = keys @ a, np.sum((keys - a) ** 2, axis=-1)
-    slack = 2 * unit_vector_allowance(d)
-    assert np.all(np.abs(distances - (2 - 2 * dots)) <= slack), "|a - b|^2 != 2 - 2 a.b for unit vectors"
-    # Without normalisation the dot product does not rank like distance: 2a is farther from a than a is.
-    assert float(a @ (2 * a)) > float(a @ a) and np.linalg.norm(2 * a - a) > np.linalg.norm(a - a)
+def expect_symmetric_scores(trial: Trial, observed: ObservedWeights) -> None:
+    """With Q = K = X the scores are s X X^T, symmetric with diagonal s|x_i|^2. W_ij = e^{S_ij} / Z_i, so
+    S_ij = log W_ij - log W_ii + s|x_i|^2 whatever Z_i: the scores read off the weights must satisfy
+    S_ij = S_ji. Allowed |S_ij - S_ji|: the four log-weight errors (_log_weights), s gamma_{d+1} |x|^2 for each
+    s|x|^2, and 4u per term magnitude for the float64 logs and sums of this check. Pairs with a weight
+    within its allowance of 0 are not checked."""
+    x = trial.exact_inputs(observed.problem)[0]
+    s = observed.oracle.scale
+    logs, log_error = _log_weights(observed)
+    own = s * np.sum(x * x, axis=-1)[..., :, None]
+    own_error = abs(s) * _diagonal(dot_product_allowance(x, x))
+    scores = logs - _diagonal(logs) + own
+    magnitude = np.abs(logs) + np.abs(_diagonal(logs)) + np.abs(own)
+    error = log_error + _diagonal(log_error) + own_error + 4 * U * magnitude
+    allowed = error + error.swapaxes(-1, -2)
+    gap = np.abs(scores - scores.swapaxes(-1, -2))
+    excess = np.where(np.isfinite(allowed), gap - allowed, -np.inf)
+    if np.any(excess > 0):
+        where = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        i, j = where[-2:]
+        trial.fail("with Q = K = X the scores read off the weights are not the symmetric matrix s X X^T",
+                   observed.problem,
+                   details=(f"S[{i},{j}] = log W[{i},{j}] - log W[{i},{i}] + s|x_{i}|^2 = {scores[where]:.6g}, "
+                            f"S[{j},{i}] = {scores[where[:-2] + (j, i)]:.6g}: |gap| {gap[where]:.3g} > "
+                            f"allowed {allowed[where]:.3g}",))
 
 
 @checks("self-attention-scores-symmetric")
-@given(n=lengths(64), d=head_dims(64), seed=seeds, style=st.sampled_from(["normal", "integers", "large", "mixed"]))
-def test_self_attention_scores_are_symmetric(n, d, seed, style):
-    x = build(n_q=n, n_k=n, d=d, seed=seed, score_style=style).q
-    scores = attention(x, x, x).scores[0, 0]
-    slack = 2 * dot_product_allowance(x[0, 0], x[0, 0]) / np.sqrt(d)
-    assert np.all(np.abs(scores - scores.T) <= slack)
+@given(data=st.data())
+def test_self_attention_scores_are_symmetric(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False,
+                                     score_styles=MODERATE + ("integers",)), label="problem")
+    trial = Trial(impl, problem)
+    expect_symmetric_scores(trial, observe_weights(trial, self_attention(problem)))
+
+
+def _pairs(observed: ObservedWeights, q: np.ndarray, k: np.ndarray):
+    """Per query row i: (row index, weights, allowances, squared distances, their rounding), each (..., n_k),
+    so pairwise comparisons (..., n_k, n_k) stay small for long sequences."""
+    k = repeat_kv(k, q.shape[1] // k.shape[1])
+    squared, rounding = _squared_distances(q, k)
+    for i in range(q.shape[-2]):
+        yield (i, observed.weights[..., i, :], observed.allowance.bound[..., i, :], squared[..., i, :],
+               rounding[..., i, :])
+
+
+def _first(condition: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(w) for w in np.argwhere(condition)[0])
+
+
+def expect_weights_rank_by_distance(trial: Trial, observed: ObservedWeights) -> None:
+    """Unit q, k: |q_i - k_j|^2 = 2 - 2 q_i.k_j, so a nearer key has the larger dot product and may not get a
+    smaller weight. For the vectors received (unit up to rounding), key j is surely nearer than key m when
+    d2_m - d2_j exceeds | |k_j|^2 - |k_m|^2 | plus both distances' rounding: then q_i.k_j > q_i.k_m."""
+    q, k, _ = trial.exact_inputs(observed.problem)
+    lengths_squared = np.sum(repeat_kv(k, q.shape[1] // k.shape[1]) ** 2, axis=-1)
+    margin_lengths = np.abs(lengths_squared[..., :, None] - lengths_squared[..., None, :])
+    for i, weights, bound, squared, rounding in _pairs(observed, q, k):
+        margin = margin_lengths + rounding[..., :, None] + rounding[..., None, :]
+        nearer = squared[..., :, None] + margin < squared[..., None, :]  # (..., j, m): key j surely nearer
+        smaller = weights[..., :, None] + bound[..., :, None] < weights[..., None, :] - bound[..., None, :]
+        if np.any(nearer & smaller):
+            *row, j, m = _first(nearer & smaller)
+            row = tuple(row)
+            trial.fail(f"on unit vectors key {j}, nearer to query {i} than key {m}, gets a smaller weight",
+                       observed.problem,
+                       details=(f"|q - k_{j}|^2 = {squared[row + (j,)]:.6g} < |q - k_{m}|^2 = "
+                                f"{squared[row + (m,)]:.6g}, but W = {weights[row + (j,)]:.6g} < "
+                                f"{weights[row + (m,)]:.6g}",))
+
+
+@checks("dot-product-as-distance")
+@given(data=st.data())
+def test_unit_vectors_weighted_by_nearness(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False,
+                                     score_styles=("normal", "spiky")), label="problem")
+    trial = Trial(impl, problem)
+    expect_weights_rank_by_distance(trial, observe_weights(trial, unit_queries_and_keys(problem)))
+
+
+def expect_dot_product_ranks_like_distance(trial: Trial, observed: ObservedWeights) -> None:
+    """Seed 003 literally: the dot product judges distance, so a key given clearly more weight (a larger dot
+    product) is nearer the query. Tested on pairs whose weights differ by more than their allowances and
+    whose distances differ by more than their rounding."""
+    q, k, _ = trial.exact_inputs(observed.problem)
+    for i, weights, bound, squared, rounding in _pairs(observed, q, k):
+        preferred = (weights - bound)[..., :, None] > (weights + bound)[..., None, :]  # (..., j, m): j over m
+        farther = squared[..., :, None] - rounding[..., :, None] > squared[..., None, :] + rounding[..., None, :]
+        if np.any(preferred & farther):
+            *row, j, m = _first(preferred & farther)
+            row = tuple(row)
+            trial.fail(f"key {j} gets more weight than key {m} from query {i} but is farther from the query: "
+                       "an unnormalised dot product does not rank like a distance", observed.problem,
+                       details=(f"W = {weights[row + (j,)]:.6g} > {weights[row + (m,)]:.6g}; |q - k|^2 = "
+                                f"{squared[row + (j,)]:.6g} > {squared[row + (m,)]:.6g}",))
+
+
+@checks("dot-product-as-distance-literal")
+@given(data=st.data())
+def test_dot_product_ranks_like_distance(impl, data):
+    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False, score_styles=("normal",)),
+                        label="problem")
+    trial = Trial(impl, problem)
+    expect_dot_product_ranks_like_distance(trial, observe_weights(trial, keys_of_many_lengths(problem)))

@@ -1,21 +1,29 @@
-"""The formula itself: Attention(Q,K,V) = softmax(QK^T / sqrt(d_k)) V and its worked examples.
+"""The formula itself: Attention(Q,K,V) = softmax(QK^T / sqrt(d_k)) V, its inputs and its worked examples.
 
 Seed 000 § 注意力机制的Q、K、V, § 具体过程, § Fused Attention; seed 001 § 1.1,
-§ 1.3 (2) and the 四不像 example.
+§ 1.3 (2), the multi-head pseudo-code's `assert k_len == v_len` and the 四不像 example;
+seed 003 § 第一个概念 (我爱你) and § 2- qk点乘 (x1 against x2, x3, x4).
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.evidence import PropertyViolation
 from harness.markers import checks
-from harness.observe import observe_weights
-from harness.trial import Trial, check_against_oracle, problems_for
+from harness.observe import ObservedWeights, observe_weights
+from harness.trial import ImplTimeout, Trial, check_against_oracle, problems_for
 from specs import examples
+from specs.catalogue import load_claims
+from specs.problems import Problem, build
+from specs.reference import attention
 from specs.tolerance import row_sum_allowance
+from specs.validation import AttentionInputError
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -60,12 +68,36 @@ def test_output_has_one_row_per_query(impl, data):
     trial.check_output(trial.call_raw(), problem, call=None, expect_shape=(b, h, n_q, problem.v.shape[-1]))
 
 
+def expect_weight_rows_sum_to_one(trial: Trial) -> None:
+    """Read through one-hot values where they fit (the output is then the n_q x n_k weight matrix), otherwise
+    through values all ones (softmax(S) 1 = 1)."""
+    problem = trial.problem
+    if trial.variant.impl.capabilities.value_dim or problem.q.shape[-1] >= problem.n_k:
+        observed = observe_weights(trial)
+        sums = observed.weights.sum(axis=-1, keepdims=True)
+        trial.expect_close(sums, np.ones_like(sums), row_sum_allowance(observed.allowance, observed.weights),
+                           what=f"row sums of the {problem.n_q}x{problem.n_k} weights", versus="1",
+                           problem=observed.problem)
+        return
+    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
+    _, allowance = trial.oracle(ones)
+    out = trial.call(ones)
+    trial.expect_close(out, np.ones_like(out), allowance, what="row sums of the weights (out with values all ones)",
+                       versus="1", problem=ones)
+
+
+def expect_worked_example(impl, problem: Problem) -> None:
+    """The example's output, one row per query and d_v columns, equals the oracle; its weight rows sum to 1.
+    (tests/test_weak_checks.py checks that the example has the sizes the seed states.)"""
+    check_against_oracle(impl, problem)
+    expect_weight_rows_sum_to_one(Trial(impl, problem))
+
+
 @checks("worked-example-shapes")
 @given(seed=seeds)
 def test_seed000_worked_example(impl, seed):
-    problem = examples.worked_example_000(seed)
-    assert problem.q.shape == problem.k.shape == problem.v.shape == (1, 1, 5, 4)
-    check_against_oracle(impl, problem)
+    """5 tokens, Q, K, V 5x4: a 5x4 output equal to the oracle, and 5x5 weights whose rows sum to 1."""
+    expect_worked_example(impl, examples.worked_example_000(seed))
 
 
 @checks("worked-example-cross-shapes")
@@ -73,20 +105,86 @@ def test_seed000_worked_example(impl, seed):
 @given(seed=seeds)
 def test_seed001_three_queries_four_keys(impl, seed):
     """3 queries, 4 keys and values of dimension 2: a 3x2 output, and 3x4 weights whose rows sum to 1."""
-    problem = examples.worked_example_001(seed)
-    check_against_oracle(impl, problem)
-    if impl.impl.capabilities.value_dim:
-        trial = Trial(impl, problem)
-        observed = observe_weights(trial)
-        sums = observed.weights.sum(axis=-1, keepdims=True)
-        trial.expect_close(sums, np.ones_like(sums), row_sum_allowance(observed.allowance, observed.weights),
-                           what="row sums of the 3x4 weights", versus="1", problem=observed.problem)
+    expect_worked_example(impl, examples.worked_example_001(seed))
 
 
-@checks("siwuxiang-weights-sum-to-one")
+@checks("woaini-self-attention-matrix")
+@given(seed=seeds)
+def test_seed003_woaini_three_by_three(impl, seed):
+    """我, 爱, 你 against themselves: a 3x3 weight matrix whose rows sum to 1, and 3 output rows equal to the oracle."""
+    expect_worked_example(impl, examples.woaini(seed))
+
+
+def expect_own_key_ignored(trial: Trial, observed: ObservedWeights) -> None:
+    """Seed 003 literally: q1 is dotted with the keys of x2, x3, x4 only, so a token's own key gets weight 0."""
+    own = np.diagonal(observed.weights, axis1=-2, axis2=-1)
+    bound = np.diagonal(observed.allowance.bound, axis1=-2, axis2=-1)
+    if np.any(own > bound):
+        where = np.unravel_index(int(np.argmax(own - bound)), own.shape)
+        i = where[-1]
+        trial.fail(f"x{i + 1}'s own key gets weight {own[where]:.3g} (allowed 0 +- {bound[where]:.3g}): "
+                   f"q{i + 1} is dotted with k{i + 1} too, not only with the other tokens' keys", observed.problem)
+
+
+@checks("query-compared-only-with-other-tokens")
+@given(seed=seeds)
+def test_first_token_is_compared_only_with_the_other_tokens(impl, seed):
+    trial = Trial(impl, examples.four_tokens(seed))
+    expect_own_key_ignored(trial, observe_weights(trial))
+
+
+def expect_distribution(similarities: dict[str, Fraction]) -> None:
+    """Seed 001's similarities (四不像 against each animal) are a probability distribution, exactly."""
+    assert similarities, "the sentence states no similarities"
+    negative = {animal: w for animal, w in similarities.items() if w < 0}
+    assert not negative, f"negative similarities {negative} cannot be probabilities"
+    total = sum(similarities.values())
+    assert total == 1, f"the similarities {[str(w) for w in similarities.values()]} sum to {total}, not 1"
+
+
+@checks("siwuxiang-weights-sum-to-one", subject="seed001-text")
 def test_siwuxiang_weights_form_a_distribution():
-    assert all(w >= 0 for w in examples.SIWUXIANG_WEIGHTS)
-    assert sum(examples.SIWUXIANG_WEIGHTS) == 1, f"1/3 + 1/6 + 1/4 + 1/4 + 0 = {sum(examples.SIWUXIANG_WEIGHTS)}"
+    """The numbers as the seed's sentence states them (tests/test_catalogue.py checks the quote is verbatim)."""
+    expect_distribution(examples.similarities(load_claims()["siwuxiang-weights-sum-to-one"].original))
+
+
+def mismatched_values(problem: Problem) -> list[Problem]:
+    """The problem with one value more than there are keys and, when n_k > 1, one fewer."""
+    more = problem.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :1]], axis=2))",
+                          v=np.concatenate([problem.v, problem.v[:, :, :1]], axis=2))
+    fewer = problem.derive("p = p.replace(v=p.v[:, :, :-1])", v=problem.v[:, :, :-1])
+    return [more, fewer] if problem.n_k > 1 else [more]
+
+
+def expect_rejected(trial: Trial, problem: Problem) -> None:
+    """The implementation raises on `problem` (a call that runs past the limit is still a failure)."""
+    try:
+        raw = trial.call_raw(problem)
+    except PropertyViolation as violation:
+        if isinstance(violation.__context__, ImplTimeout):
+            raise
+        return
+    returned = tuple(raw.shape) if hasattr(raw, "shape") else type(raw).__name__
+    trial.fail(f"accepted k with n_k={problem.n_k} keys and v with {problem.v.shape[2]} values and returned "
+               f"{returned} instead of raising", problem,
+               script="out = fn(q, k, v, **p.kwargs())\nprint('returned', tuple(out.shape), 'instead of raising')")
+
+
+@checks("one-key-per-value")
+@given(data=st.data())
+def test_values_of_another_length_are_rejected(impl, data):
+    problem = data.draw(problems_for(impl), label="problem")
+    trial = Trial(impl, problem)
+    for mismatched in mismatched_values(problem):
+        expect_rejected(trial, mismatched)
+
+
+@checks("one-key-per-value")
+@given(n_k=st.integers(1, 9), seed=seeds)
+def test_oracle_names_values_of_another_length(n_k, seed):
+    for p in mismatched_values(build(n_q=2, n_k=n_k, d=3, d_v=2, seed=seed)):
+        with pytest.raises(AttentionInputError, match=rf"k has n_k={n_k} keys but v has {p.v.shape[2]} values"):
+            attention(p.q, p.k, p.v)
 
 
 @checks("siwuxiang-query-result")

@@ -7,6 +7,7 @@ on an example is reproduced by one import.
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -18,6 +19,11 @@ from specs.reference import merge_heads, split_heads
 SIWUXIANG_WEIGHTS = (Fraction(1, 3), Fraction(1, 6), Fraction(1, 4), Fraction(1, 4), Fraction(0))
 SIWUXIANG_ANIMALS = ("deer", "cow", "sheep", "donkey", "frog")
 UNDERFLOW_GAP = 1000.0  # e^-1000 is 0 in float64, float32 and float16
+# "和羊、驴的相似度均为1/4": one or more animals (joined by 、) and the similarity they share.
+_SIMILARITY = re.compile(r"和(?P<animals>[^和，、的]+(?:、[^和，、的]+)*)的相似度均?为(?P<weight>\d+(?:/\d+)?)")
+
+# Seed 000 § 具体过程: 5 tokens of 6 features; W_Q, W_K, W_V of 6 x 4.
+WORKED_000_SIZES = (5, 6, 4)  # tokens, features per token, columns of W_Q, W_K, W_V
 
 
 def _problem(q: np.ndarray, k: np.ndarray, v: np.ndarray, origin: str) -> Problem:
@@ -26,12 +32,25 @@ def _problem(q: np.ndarray, k: np.ndarray, v: np.ndarray, origin: str) -> Proble
     return Problem(recipe, q, k, v, origin=f"examples.{origin}")
 
 
+def similarities(sentence: str) -> dict[str, Fraction]:
+    """The animal -> similarity pairs the 四不像 sentence states, in its order ("羊、驴...均为1/4" gives both 1/4)."""
+    found: dict[str, Fraction] = {}
+    for match in _SIMILARITY.finditer(sentence):
+        for animal in match["animals"].split("、"):
+            found[animal] = Fraction(match["weight"])
+    return found
+
+
+def _projected_tokens(seed: int, tokens: int, features: int, width: int) -> tuple[np.ndarray, ...]:
+    """q, k, v (1, 1, tokens, width): X (tokens x features) times three seeded W (features x width)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((tokens, features))
+    return tuple((x @ rng.standard_normal((features, width)))[None, None] for _ in range(3))
+
+
 def worked_example_000(seed: int) -> Problem:
     """Seed 000 § 具体过程: X is 5x6 (5 tokens of 6 dims), W_Q, W_K, W_V are 6x4, Q, K, V are 5x4."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((5, 6))
-    q, k, v = (x @ rng.standard_normal((6, 4)) for _ in range(3))
-    return _problem(q[None, None], k[None, None], v[None, None], f"worked_example_000({seed})")
+    return _problem(*_projected_tokens(seed, *WORKED_000_SIZES), f"worked_example_000({seed})")
 
 
 def worked_example_001(seed: int) -> Problem:
@@ -39,6 +58,19 @@ def worked_example_001(seed: int) -> Problem:
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((1, 1, n, 2)) for n in (3, 4, 4))
     return _problem(q, k, v, f"worked_example_001({seed})")
+
+
+def woaini(seed: int) -> Problem:
+    """Seed 003 § 第一个概念 自注意力: "我爱你", three characters of 3 features each; the original vectors are
+    both q and k (自己和自己算), and V is another matrix made from the sentence (X W_V, W_V seeded)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 1, 3, 3))
+    return _problem(x, x, x @ rng.standard_normal((3, 3)), f"woaini({seed})")
+
+
+def four_tokens(seed: int) -> Problem:
+    """Seed 003 § 1- 生成qkv向量: tokens x1..x4 (6 features) through three linear layers W_q, W_k, W_v (6 x 4)."""
+    return _problem(*_projected_tokens(seed, 4, 6, 4), f"four_tokens({seed})")
 
 
 def siwuxiang(seed: int, d_v: int) -> Problem:
