@@ -10,6 +10,8 @@ import numpy as np
 
 def einsum_attention(q, k, v, *, scale=None, causal=False, mask=None):
     """A correct float64 attention written independently of the oracle (einsum, log-sum-exp)."""
+    if k.shape[2] != v.shape[2]:  # einsum would broadcast a single key against several values
+        raise ValueError(f"{k.shape[2]} keys but {v.shape[2]} values")
     group = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     s = q.shape[-1] ** -0.5 if scale is None else scale

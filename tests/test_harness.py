@@ -101,4 +101,5 @@ def test_backend_without_implementations_runs_the_rest(tmp_path):
     run = run_suite("properties/test_formula.py", "properties/test_heads.py", "--backend", "cupy",
                     report_dir=tmp_path)
     assert run.returncode == 0, run.output[-3000:]
-    assert run.report["impls"] == ["oracle", "seed001-pseudocode"]
+    assert "oracle" in run.report["impls"]
+    assert not any(name.endswith("]") for name in run.report["impls"]), "no implementation variant should run"
