@@ -286,6 +286,14 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
     """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
     (the run is reproducible, so the record's declaration is wrong: exit 1)."""
     fatal = False
+    outside = {variant.impl for variant in state.variants if not variant.impl.builtin}  # built-ins: tests/
+    for impl in outside:
+        for scope in impl.known_defects:
+            registered = {_short(name) for name in PROPERTIES.get(scope.claim, ())}
+            strays = sorted(set(scope.properties) - registered)
+            if strays:
+                state.problems.append(f"WARNING: {impl.name} declares properties {strays} for '{scope.claim}', "
+                                      f"which are not among its properties collected here: {sorted(registered)}")
     for variant, declaration in _uncaught_declarations(state):
         error = variant.impl.builtin and derandomized
         fatal |= error

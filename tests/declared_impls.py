@@ -38,6 +38,7 @@ declares_other_dtype.attention_capabilities = {"dtypes": ("float64", "float16")}
 declares_other_property = _declaring(dtypes=("float64",), properties=("test_output_matches_oracle",))
 declares_other_message = _declaring(dtypes=("float64",), match=r"returned (nan|inf) at out")
 declares_matching_message = _declaring(dtypes=("float64",), match=r"out differs from the float64 oracle")
+declares_a_misspelt_property = _declaring(dtypes=("float64",), properties=("test_masked_attention_matches_orcale",))
 bare_string = _declaring()
 bare_string.known_defects = {"sdpa-formula": "overflows on huge scores in float16"}
 

@@ -143,3 +143,11 @@ def test_uncaught_declarations_are_found_only_when_their_properties_ran():
     assert not judge_declarations(state, derandomized=False) and state.problems[-1].startswith("WARNING")
     state.triggered.add((variant.name, 0))
     assert _uncaught_declarations(state) == []
+
+
+def test_a_misspelt_property_is_reported(tmp_path):
+    """A declaration naming a property the claim does not have covers nothing: say so."""
+    target = "tests/declared_impls.py:declares_a_misspelt_property"
+    run = run_suite(*MASKING, "--impl", target, report_dir=tmp_path)
+    assert "declares properties ['test_masked_attention_matches_orcale'] for 'sdpa-formula'" in run.output
+    assert run.returncode == 1  # and the failure it meant to declare is unexpected
