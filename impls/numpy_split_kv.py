@@ -56,7 +56,7 @@ def split_kv_attention(
     k, v = repeat_kv(k, shape.group), repeat_kv(v, shape.group)
     key_splits = np.array_split(np.arange(shape.n_k), splits)
     out = np.empty(shape.out_shape, dtype=storage)
-    lse = np.empty(shape.scores_shape[:-1], dtype=storage)
+    lse = np.empty(shape.scores_shape[:-1], dtype=inner)  # float32 for float16 inputs, as FlashAttention returns
     for r0 in range(0, shape.n_q, QUERY_BLOCK):
         rows = np.arange(r0, min(r0 + QUERY_BLOCK, shape.n_q))
         block = mask[:, :, rows] if mask is not None else None
@@ -77,8 +77,14 @@ def _merge_splits(q, k, v, rows, key_splits, scale, causal, mask):
         out, lse = _partial(scores, v[:, :, keys])
         outs.append(out)
         lses.append(lse)
-    lse = np.logaddexp.reduce(np.stack(lses), axis=0)
-    seen = np.isfinite(lse)
-    shift = np.where(seen, lse, 0.0)
-    merged = sum(np.where(seen, np.exp(part - shift), 0.0) * out for part, out in zip(lses, outs, strict=True))
+    # FlashAttention's combine: lse = m + log sum_b exp(lse_b - m) with m the largest lse_b (one rounding
+    # of size |lse|, where a chain of pairwise logaddexp would add one per split)
+    parts = np.stack(lses)
+    top = parts.max(axis=0)
+    seen = np.isfinite(top)
+    shift = np.where(seen, top, 0.0)
+    with np.errstate(divide="ignore"):
+        lse = np.where(seen, shift + np.log(np.exp(parts - shift).sum(axis=0)), -np.inf)
+    scale = np.where(seen, lse, 0.0)
+    merged = sum(np.where(seen, np.exp(part - scale), 0.0) * out for part, out in zip(lses, outs, strict=True))
     return merged, lse[..., 0]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, problems_for
+from specs.problems import Problem, build
 from specs.reference import repeat_kv
 from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 
@@ -93,6 +94,22 @@ def test_weights_are_monotone_in_scores(impl, data):
                             f"increasing score; allowed drop {slack[where]:.3g}",))
 
 
+def _expect_every_key_weighted(trial: Trial, problem) -> None:
+    observed = observe_weights(trial, problem)
+    if np.any(observed.weights <= 0):
+        where = np.unravel_index(int(np.argmin(observed.weights)), observed.weights.shape)
+        trial.fail("a key got no weight although no mask hides it and exp cannot underflow here",
+                   observed.problem, details=(f"weights{where} = {observed.weights[where]!r}",))
+
+
+def far_from_zero(n: int = 3) -> Problem:
+    """A fixed witness the draws may miss: identical tokens of 30s, every score ~1559 and the spread 0.
+    Positivity depends on the spread only, so every weight is 1/n; e^S alone would overflow."""
+    base = build(n_q=n, n_k=n, d=n, d_v=n)
+    return base.derive("p = p.replace(q=30 * np.ones_like(p.q), k=30 * np.ones_like(p.k))",
+                       q=30 * np.ones_like(base.q), k=30 * np.ones_like(base.k))
+
+
 @checks("complete-graph-positive-weights")
 @given(data=st.data())
 def test_every_key_gets_positive_weight(impl, data):
@@ -104,11 +121,8 @@ def test_every_key_gets_positive_weight(impl, data):
     limit = exponent_range(impl.dtype, problem.n_k)
     if spread > limit:
         problem = problem.scale_queries(limit / (2 * spread))
-    observed = observe_weights(trial, problem)
-    if np.any(observed.weights <= 0):
-        where = np.unravel_index(int(np.argmin(observed.weights)), observed.weights.shape)
-        trial.fail("a key got no weight although no mask hides it and exp cannot underflow here",
-                   observed.problem, details=(f"weights{where} = {observed.weights[where]!r}",))
+    _expect_every_key_weighted(trial, problem)
+    _expect_every_key_weighted(trial, far_from_zero())
 
 
 @checks("score-large-when-query-seeks-key")

@@ -8,7 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, reject
 from hypothesis import strategies as st
 
 from harness.blocked import check_any_block_sizes
@@ -16,7 +16,7 @@ from harness.markers import checks
 from harness.trial import Trial, as_numpy, problems_for
 from specs.problems import build
 from specs.reference import attention
-from specs.tolerance import Allowance, lse_allowance, merge_allowance
+from specs.tolerance import Allowance, ToleranceUndefined, lse_allowance, merge_allowance
 
 MEMORY_N = 256
 
@@ -84,7 +84,10 @@ def test_partial_results_merge_through_lse(impl, data):
         lse = as_numpy(raw[1])
         part_oracle, part_allowance = trial.oracle(part)
         exact = trial.exact_inputs(part)
-        lse_bound = lse_allowance(*exact, dtype=impl.dtype, oracle=part_oracle, **trial.oracle_kwargs(part))
+        try:
+            lse_bound = lse_allowance(*exact, dtype=impl.dtype, oracle=part_oracle, **trial.oracle_kwargs(part))
+        except ToleranceUndefined:
+            reject()  # the naive log-sum-exp overflows in this dtype: the rule has nothing to scale
         trial.expect_close(lse.astype(np.float64), part_oracle.lse,
                            Allowance(lse_bound, "specs.tolerance.lse_allowance"),
                            what="lse", problem=part)

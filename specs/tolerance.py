@@ -16,14 +16,17 @@ sigma_ic = sqrt(sum_j P_ij (v_jc - O_ic)^2), the spread of the values under P.
   so with values 1e3 + N(0, 1) a correct float32 implementation errs by ~1e3 u
   sqrt(n_k) however well it computes the weights. Worst case (3 n_k + 4) u (P|V|)_ic.
 * Partial results merged through their log-sum-exp (split-KV, flash-decoding,
-  paged attention v2): w_b = exp(lse_b - lse) carries the rounding of lse_b and
-  lse, u |lse| each, with |lse_b| <= L_i = max_j |S_ij| + log n_k + 1, so the
-  merge adds at most 4 u L_i (P|V|)_ic: it grows with the score magnitude.
+  paged attention v2): w_b = exp(lse_b - lse) carries the rounding of lse_b, of
+  lse and of their difference, u L_i each, with |lse_b| <= L_i = max_j |S_ij| +
+  log n_k + 1. Combined as FlashAttention's combine step does (lse = m + log sum_b
+  exp(lse_b - m), m = max_b lse_b) the merge adds at most 4 u L_i (P|V|)_ic: it grows
+  with the score magnitude. A chain of pairwise logaddexp instead gathers u L_i per
+  merge, (s + 4) u L_i over s splits: the float64 bound allows it for any s <= n_k.
 
 float64: an a-priori worst-case bound. Each score is a length-d dot product plus
   the scale multiplication, the maximum subtraction and the rescaling exponent
   (arguments bounded by 2 A_i): |dS_ij| <= (d + 6) u A_i. So
-    bound_ic = SAFETY * (2 (d + 6) u A_i sigma_ic + ((3 n_k + 4) + 4 L_i) u (P|V|)_ic) + floor
+    bound_ic = SAFETY * (2 (d + 6) u A_i sigma_ic + ((3 n_k + 4) + (n_k + 4) L_i) u (P|V|)_ic) + floor
   with SAFETY = 2 for the neglected second-order terms and floor =
   n_k * tiny * max|v| for weights in the subnormal range (an implementation may
   flush them to zero). Worst-case, so correct float64 code never exceeds it; yet
@@ -129,10 +132,10 @@ def _float64_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.
     u = unit_roundoff(np.float64)
     n_k, d = k.shape[2], q.shape[3]
     row_magnitude, spread, abs_weighted = _first_order_terms(result, q, k, v)
-    merge = 4 * _merge_magnitude(result, n_k)
+    merge = (n_k + 4) * _merge_magnitude(result, n_k)
     floor = n_k * np.finfo(np.float64).tiny * float(np.abs(v).max())
     bound = SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted) + floor
-    return Allowance(bound, "float64 a-priori bound 2*(2(d+6)u*A_i*sigma + (3n_k+4+4L_i)u*P|V|)")
+    return Allowance(bound, "float64 a-priori bound 2*(2(d+6)u*A_i*sigma + (3n_k+4+(n_k+4)L_i)u*P|V|)")
 
 
 def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,

@@ -76,8 +76,9 @@ def exp2_softmax(q, k, v):
     return ((e @ v_) / e.sum(axis=-1, keepdims=True)).astype(q.dtype)
 
 
-def split_kv_merge(q, k, v, parts: int = 4):
-    """Keys in `parts` splits, each normalised on its own, merged through their log-sum-exp."""
+def split_kv_merge(q, k, v, parts: int = 4, chained: bool = False):
+    """Keys in `parts` splits, each normalised on its own, merged through their log-sum-exp: as
+    FlashAttention's combine step does, or (chained) by a pairwise logaddexp per split."""
     q_, k_, v_ = _promote(q, k, v)
     outs, lses = [], []
     for keys in np.array_split(np.arange(k.shape[-2]), min(parts, k.shape[-2])):
@@ -87,7 +88,11 @@ def split_kv_merge(q, k, v, parts: int = 4):
         total = e.sum(axis=-1, keepdims=True)
         outs.append((e @ v_[..., keys, :]) / total)
         lses.append(top + np.log(total))
-    lse = np.logaddexp.reduce(np.stack(lses), axis=0)
+    if chained:
+        lse = np.logaddexp.reduce(np.stack(lses), axis=0)
+    else:
+        top = np.max(lses, axis=0)
+        lse = top + np.log(sum(np.exp(part - top) for part in lses))
     return sum(np.exp(part - lse) * out for part, out in zip(lses, outs, strict=True)).astype(q.dtype)
 
 

@@ -87,7 +87,8 @@ def test_float64_split_kv_merge_stays_inside_the_a_priori_bound(seed):
     log-sum-exp: its rounding grows with |lse|, i.e. with the scores (style `large`)."""
     problem = build(batch=2, heads=2, heads_kv=1, n_q=33, n_k=70, d=17, d_v=5, seed=seed, score_style="large")
     oracle, allowance = forward_allowance(problem.q, problem.k, problem.v, dtype="float64")
-    for parts in (2, 3, 7):
-        got = split_kv_merge(problem.q, problem.k, problem.v, parts)
-        ratio = float(np.max(np.abs(got - oracle.out) / allowance.bound))
-        assert ratio < 0.5, f"split-KV merge over {parts} parts uses {ratio:.3g} of the float64 bound"
+    for parts in (2, 3, 7, 70):
+        for chained in (False, True):
+            got = split_kv_merge(problem.q, problem.k, problem.v, parts, chained)
+            ratio = float(np.max(np.abs(got - oracle.out) / allowance.bound))
+            assert ratio < 0.5, f"split-KV merge over {parts} parts (chained={chained}) uses {ratio:.3g} of the bound"
