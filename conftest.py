@@ -8,6 +8,7 @@ Options (CONTRACT 1 and 2, DESIGN.md):
   --report DIR       write report.json, report.md and report.html
   --impl-timeout S   a single implementation call longer than this fails
   --impl-properties-only   deselect the checks of the oracle and of seed code
+  --long-regimes auto|yes|no   long sequences and d = 256 (auto: only with --impl)
 Profiles (--hypothesis-profile or HYPOTHESIS_PROFILE): dev (default), ci, thorough.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 pytest_plugins = ("harness.plugin",)
 
@@ -27,7 +28,10 @@ _COMMON = dict(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile("dev", max_examples=25, **_COMMON)
-settings.register_profile("ci", max_examples=15, derandomize=True, print_blob=True, database=None, **_COMMON)
+# ci: no target phase. Hill-climbing towards error/allowed -> 1 (harness.trial) costs hundreds of calls per
+# property; it is the thorough profile's job.
+settings.register_profile("ci", max_examples=15, derandomize=True, print_blob=True, database=None,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink], **_COMMON)
 settings.register_profile("thorough", max_examples=400, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
@@ -42,5 +46,7 @@ def pytest_addoption(parser) -> None:
                     help="write report.json, report.md and report.html to DIR")
     group.addoption("--impl-timeout", type=float, default=20.0, metavar="SECONDS",
                     help="fail an implementation call that runs longer than this (default 20)")
+    group.addoption("--long-regimes", choices=("auto", "yes", "no"), default="auto",
+                    help="run the long regimes (n >= 1025, d = 256): auto = only with --impl (default)")
     group.addoption("--impl-properties-only", action="store_true",
                     help="run only properties that take an implementation (skip oracle and seed-code checks)")

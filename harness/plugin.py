@@ -29,6 +29,7 @@ from hypothesis import settings
 from harness.declarations import RUNNING, RunningCheck, expected_failure
 from harness.evidence import PropertyViolation
 from harness.markers import ORACLE, PROPERTIES
+from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
 from harness.trial import CallSettings
 from impls.registry import ImplLoadError, Unavailable, Variant, builtin_impls, load_impl, variants
@@ -55,6 +56,7 @@ class RunState:
     collected: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     triggered: set[tuple[str, int]] = field(default_factory=set)  # (variant name, index of its scope)
     problems: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # subject -> test time
     started: float = field(default_factory=time.monotonic)
     report: dict | None = None
 
@@ -87,6 +89,7 @@ def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "claims(*slugs, subject='oracle'): the catalogue claims a test checks")
     config.addinivalue_line("markers", "requires(*features): capabilities the implementation needs")
+    config.addinivalue_line("markers", f"{LONG_MARKER}: a long regime (n >= 1025 or d = 256)")
     impls, unavailable = _select(config)
     claims = load_claims()
     for impl in impls:
@@ -130,6 +133,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item not in dropped]
+    named = bool(config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS")))
+    if not long_regimes_wanted(config.getoption("long_regimes"), named):
+        for item in items:
+            if item.get_closest_marker(LONG_MARKER):
+                item.add_marker(pytest.mark.skip(reason=LONG_SKIP_REASON))
     for item in items:
         found = _claims_and_subject(item)
         if found:
@@ -225,6 +233,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     state = item.config.stash[STATE]
     slugs, subject = found
+    state.seconds[_name(subject)] += report.duration
     if not (report.when == "call" or (report.when == "setup" and not report.passed) or report.failed):
         return
     status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from harness.markers import ORACLE, PROPERTIES
-from harness.trial import HEADROOM
+from harness.trial import CALL_SECONDS, HEADROOM
 
 STATUSES = ("pass", "fail", "skip", "error")
 SYMBOLS = {"pass": "+", "fail": "F", "expected": "x", "error": "E", "skip": "s", None: "."}
@@ -73,6 +73,9 @@ def build_report(state, duration_s: float, profile: str | None = None) -> dict:
         "uncaught_declared_defects": list(state.problems),
         # largest error / allowed among comparisons that passed, per implementation variant
         "headroom": {name: round(ratio, 4) for name, ratio in sorted(HEADROOM.items())},
+        # seconds per subject: its tests (oracle and tolerance included) and, inside them, its own calls
+        "time_s": {name: {"tests": round(state.seconds.get(name, 0.0), 2),
+                          "calls": round(CALL_SECONDS.get(name, 0.0), 2)} for name in subjects},
         "summary": summary,
         "profile": profile,
         "duration_s": round(duration_s, 1),
@@ -93,12 +96,19 @@ def _grid(report: dict) -> tuple[list[str], dict[tuple[str, str], dict]]:
     return claims, cells
 
 
+def _time(seconds: dict | None) -> str:
+    if not seconds:
+        return ""
+    return f"{seconds['tests']:7.1f} s" + (f" (its calls {seconds['calls']:.1f} s)" if seconds["calls"] else "")
+
+
 def matrix_lines(report: dict) -> list[str]:
     """The terminal matrix: one row per claim, one column per implementation (numbered)."""
     claims, cells = _grid(report)
     subjects = report["impls"]
     width = max((len(c) for c in claims), default=10)
-    lines = [f"  {i + 1:>2}  {name}" for i, name in enumerate(subjects)]
+    times = report.get("time_s", {})
+    lines = [f"  {i + 1:>2}  {name:<40} {_time(times.get(name))}" for i, name in enumerate(subjects)]
     lines.append("")
     lines.append(" " * width + "  " + "".join(f"{i + 1:>3}" for i in range(len(subjects))))
     for slug in claims:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
 from impls.registry import Variant
+from specs.layouts import to_layout
 from specs.problems import Problem
 from specs.reference import AttentionResult, repeat_kv
 from specs.strategies import problems
@@ -31,6 +33,7 @@ from specs.tolerance import (
 )
 
 HEADROOM: dict[str, float] = {}  # variant name -> largest error / allowed of any passing comparison
+CALL_SECONDS: dict[str, float] = {}  # variant name -> seconds spent inside its calls (compilation included)
 
 
 class CallSettings:
@@ -95,9 +98,10 @@ def _call_line(extra: dict, args: str = "q, k, v") -> str:
 class Trial:
     """Runs `variant` on problems derived from `problem` and checks what comes back."""
 
-    def __init__(self, variant: Variant, problem: Problem) -> None:
+    def __init__(self, variant: Variant, problem: Problem, *, layout: str = "contiguous") -> None:
         self.variant = variant
         self.problem = problem
+        self.layout = layout  # specs.layouts: how q, k, v are laid out in memory when passed
         self.dtype = np.dtype(variant.dtype)
         self._targets: list[str] = []
         self.in_hypothesis = currently_in_test_context()
@@ -106,13 +110,15 @@ class Trial:
 
     # -- inputs -------------------------------------------------------------
     def inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """q, k, v in the implementation's dtype; unrepresentable examples are rejected."""
+        """q, k, v in the implementation's dtype and the trial's layout; examples whose finite values do
+        not fit the dtype are rejected (non-finite values a property placed on purpose are kept)."""
         problem = problem or self.problem
-        with np.errstate(over="ignore"):
-            cast = tuple(x.astype(self.dtype) for x in (problem.q, problem.k, problem.v))
-        if not all(np.all(np.isfinite(x)) for x in cast):
+        originals = (problem.q, problem.k, problem.v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = tuple(x.astype(self.dtype) for x in originals)
+        if not all(np.all(np.isfinite(c) | ~np.isfinite(x)) for c, x in zip(cast, originals, strict=True)):
             reject()  # the recipe's magnitudes do not fit this dtype
-        return cast
+        return tuple(to_layout(x, self.layout) for x in cast)
 
     def exact_inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The values the implementation received, held in float64 for the oracle."""
@@ -132,8 +138,13 @@ class Trial:
     def call_raw(self, problem: Problem | None = None, **extra) -> object:
         """Call the implementation; turn any exception or overrun into a violation."""
         problem = problem or self.problem
-        q, k, v = self.inputs(problem)
+        return self.call_on(self.inputs(problem), problem, **extra)
+
+    def call_on(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], problem: Problem, **extra) -> object:
+        """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them)."""
+        q, k, v = arrays
         limit = CallSettings.timeout_s
+        started = time.perf_counter()
         try:
             with _time_limit(limit):
                 return self.variant.impl.fn(q, k, v, **problem.kwargs(), **extra)
@@ -142,6 +153,9 @@ class Trial:
         except Exception as exc:  # the implementation's own failure is the finding
             self.fail(f"the implementation raised {type(exc).__name__}: {exc}", problem,
                       call=_call_line(extra))
+        finally:
+            name = self.variant.name
+            CALL_SECONDS[name] = CALL_SECONDS.get(name, 0.0) + time.perf_counter() - started
 
     def call(self, problem: Problem | None = None, **extra) -> np.ndarray:
         """The implementation's output as float64, after checking its type, shape and dtype."""
@@ -149,8 +163,10 @@ class Trial:
         raw = self.call_raw(problem, **extra)
         return self.check_output(raw, problem, call=_call_line(extra))
 
-    def check_output(self, raw: object, problem: Problem, *, call: str,
-                     expect_shape: tuple[int, ...] | None = None) -> np.ndarray:
+    def check_output(self, raw: object, problem: Problem, *, call: str | None,
+                     expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:
+        """The output as float64 after checking its type, shape and dtype, and (finite=True) that it is finite
+        wherever the oracle is; finite=False leaves non-finite values for the caller to judge."""
         out = as_numpy(raw)
         if out is None:
             self.fail(f"returned a {type(raw).__name__}, not a NumPy, torch or CuPy array", problem, call=call)
@@ -161,7 +177,7 @@ class Trial:
                       problem, call=call)
         if out.dtype != self.dtype:
             self.fail(f"returned dtype {out.dtype} for {self.dtype} inputs", problem, call=call)
-        if not np.all(np.isfinite(out)):
+        if finite and not np.all(np.isfinite(out)):
             self.oracle(problem)  # rejects inputs on which the naive formula overflows in this dtype too
             where = tuple(int(i) for i in np.argwhere(~np.isfinite(out))[0])
             self.fail(f"returned {out[where]} at out{list(where)} where the oracle is finite "
@@ -192,12 +208,15 @@ class Trial:
             "import numpy as np",
             "from impls.registry import load_impl",
             "from specs import examples",
+            "from specs.layouts import to_layout",
             "from specs.problems import build, one_hot_values",
             "from specs.reference import attention",
             problem.code(),
             f"fn = load_impl({impl.target!r}).fn",
             f"q, k, v = (x.astype({self.variant.dtype!r}) for x in (p.q, p.k, p.v))",
         ]
+        if self.layout != "contiguous":
+            lines.append(f"q, k, v = (to_layout(x, {self.layout!r}) for x in (q, k, v))")
         if script is not None:
             return "\n".join(lines + [script])
         lines += [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls.numpy_tiled import check_block_size
+from impls.online_softmax import values_seen
 from impls.registry import attention_impl
 from specs.reference import repeat_kv
 from specs.validation import check_mask, check_shapes, resolve_scale
@@ -26,7 +27,7 @@ def _partial(scores: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nda
     seen = np.isfinite(top)
     e = np.exp(scores - np.where(seen, top, 0.0))
     total = e.sum(axis=-1, keepdims=True)
-    out = (e @ values) / np.where(seen, total, 1.0)
+    out = (e @ values_seen(scores, values)) / np.where(seen, total, 1.0)
     with np.errstate(divide="ignore"):
         lse = np.where(seen, top + np.log(np.where(seen, total, 1.0)), -np.inf)
     return out, lse
@@ -46,7 +47,7 @@ def split_kv_attention(
     return_lse: bool = False,
 ):
     """Attention over `num_splits` key splits merged through their log-sum-exp; top-left causal."""
-    shape = check_shapes(q, k, v)
+    shape = check_shapes(q, k, v, finite=False)
     mask = check_mask(mask, shape)
     s = resolve_scale(scale, shape.d)
     splits = min(check_block_size("num_splits", num_splits), shape.n_k)

@@ -27,7 +27,7 @@ class OnlineSoftmax:
         correction = np.exp(self.row_max - shift)
         weights = np.exp(scores - shift[..., None])
         self.row_sum = self.row_sum * correction + weights.sum(axis=-1)
-        self.acc = self.acc * correction[..., None] + weights @ values
+        self.acc = self.acc * correction[..., None] + weights @ values_seen(scores, values)
         self.row_max = new_max
 
     def output(self) -> np.ndarray:
@@ -39,3 +39,12 @@ class OnlineSoftmax:
         seen = self.row_sum > 0
         with np.errstate(divide="ignore"):
             return np.where(seen, self.row_max + np.log(np.where(seen, self.row_sum, 1)), -np.inf)
+
+
+def values_seen(scores: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` with the rows of keys that no query of the block sees (score -inf in every row) set to 0.
+
+    Their weights are 0, but 0 * NaN is NaN: a NaN or Inf in padding would otherwise reach every output.
+    """
+    seen = ~(scores == -np.inf).all(axis=-2)
+    return np.where(seen[..., None], values, values.dtype.type(0))

@@ -121,14 +121,15 @@ REORDERED = "which keys share a block, and so a softmax, depends on their order"
 FAILING_PROPERTIES = {
     "unit-dot-product-is-cosine": ('test_unit_tokens_are_scored_by_cosine',),
     "self-attention-scores-symmetric": ('test_self_attention_scores_are_symmetric',),
-    "sdpa-formula": ('test_output_matches_oracle',),
+    "sdpa-formula": ('test_output_matches_oracle', 'test_long_sequences_and_wide_heads_match_oracle'),
     "weights-measure-relevance": ('test_weights_are_monotone_in_scores',),
     "score-large-when-query-seeks-key": ('test_query_pointing_at_key_weights_it_most',),
     "output-in-convex-hull": ('test_output_lies_in_convex_hull_of_values',),
     "permutation-equivariance": ('test_permuting_keys_with_values_changes_nothing',),
     "ratio-of-exp-sums": ('test_ratio_of_exponential_sums_inside_exp_range',),
     "online-softmax-avoids-overflow": ('test_large_scores_give_finite_correct_outputs',),
-    "tiled-equals-global": ('test_any_tiling_equals_global_attention',),
+    "tiled-equals-global": ('test_any_tiling_equals_global_attention',
+                            'test_default_block_sizes_at_their_multiples_match_oracle'),
     "rows-sum-to-one": ('test_observed_weights_are_distributions', 'test_values_all_ones_give_outputs_all_ones'),
     "cross-and-self-same-computation": ('test_self_attention_on_one_sequence',),
     "self-attention-four-steps": ('test_projection_pipeline_with_implementation_as_core',),
@@ -136,6 +137,9 @@ FAILING_PROPERTIES = {
     "attention-optimal-linear-approximation": ('test_output_minimises_weighted_squared_distance',),
     "dot-product-as-distance": ('test_unit_vectors_weighted_by_nearness',),
     "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+    "layout-independent": ('test_strided_inputs_give_the_same_attention',),
+    "calls-are-independent": ('test_repeated_calls_follow_new_values_and_leave_inputs_alone',),
+    "visible-nan-propagates": ('test_visible_nan_reaches_exactly_the_rows_that_see_it',),
 }
 IGNORED_VALUE = {
     "why": "v is read in the same blocks as k and the lengths are never compared: with n_k a multiple of the "

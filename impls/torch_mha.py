@@ -16,6 +16,7 @@ import torch
 
 from impls.registry import attention_impl
 from impls.torch_convert import to_torch
+from impls.torch_nan_findings import nan_findings
 from specs.reference import merge_heads, split_heads
 
 
@@ -29,7 +30,8 @@ def _identity_module(heads: int, embed: int, dtype: torch.dtype) -> torch.nn.Mul
 
 
 @attention_impl(name="torch-multihead-attention", backend="torch", dtypes=("float64", "float32"),
-                gqa=False, value_dim=False, causal_alignment="top_left")
+                gqa=False, value_dim=False, causal_alignment="top_left",
+                known_defects=nan_findings(("float64", "float32"), drops_visible_nan=True, projects=True))
 def multihead_attention_module(
     q: np.ndarray,
     k: np.ndarray,

@@ -15,6 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impls.registry import attention_impl
 from impls.torch_convert import to_torch
+from impls.torch_nan_findings import nan_findings
 
 
 def _sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
@@ -36,7 +37,8 @@ def _probe(backend: SDPBackend) -> str | None:
 
 
 @attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16"),
-                causal_alignment="top_left")
+                causal_alignment="top_left",
+                known_defects=nan_findings(("float64", "float32", "float16"), drops_visible_nan=False))
 def sdpa_math(
     q: np.ndarray,
     k: np.ndarray,
@@ -62,7 +64,9 @@ UNCHECKED_VALUE_LENGTH = {
 
 
 @attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32"),
-                causal_alignment="top_left", value_dim=False, fused=True, known_defects=UNCHECKED_VALUE_LENGTH,
+                causal_alignment="top_left", value_dim=False, fused=True,
+                known_defects={**UNCHECKED_VALUE_LENGTH,
+                               **nan_findings(("float64", "float32"), drops_visible_nan=True)},
                 probe=lambda: _probe(SDPBackend.FLASH_ATTENTION))
 def sdpa_flash_cpu(
     q: np.ndarray,

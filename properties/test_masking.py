@@ -67,6 +67,14 @@ def test_causal_attention_with_different_lengths_matches_oracle(impl, data):
     check_against_oracle(impl, data.draw(problems_for(impl, causal=True, different_lengths=True), label="problem"))
 
 
+@checks("sdpa-formula")
+@pytest.mark.requires("causal")
+@given(data=st.data())
+def test_square_causal_attention_matches_oracle(impl, data):
+    """n_q == n_k, where both alignments agree: the causal output itself, on every implementation."""
+    check_against_oracle(impl, data.draw(problems_for(impl, causal=True, same_lengths=True), label="problem"))
+
+
 @checks("causal-alignment")
 @pytest.mark.requires("causal")
 @given(data=st.data())

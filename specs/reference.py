@@ -74,9 +74,14 @@ def attention(
     causal: bool = False,
     causal_alignment: str = "top_left",
     mask: np.ndarray | None = None,
+    finite: bool = True,
 ) -> AttentionResult:
-    """softmax(q k^T * scale) v in the inputs' precision, with weights and log-sum-exp."""
-    shape = check_shapes(q, k, v)
+    """softmax(q k^T * scale) v in the inputs' precision, with weights and log-sum-exp.
+
+    finite=False accepts NaN and Inf: a hidden key's score is replaced (not added to), a value no query
+    may see is never multiplied, and NaN a query does see reaches its output.
+    """
+    shape = check_shapes(q, k, v, finite=finite)
     check_causal(causal, causal_alignment)
     mask = check_mask(mask, shape)
     s = resolve_scale(scale, shape.d)
@@ -88,9 +93,11 @@ def attention(
     allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask)
     if allowed is not None:
         scores = np.where(allowed, scores, dtype.type(-np.inf))
+        seen_by_some_query = allowed.any(axis=-2)[..., None]
+        v_all = np.where(seen_by_some_query, v_all, dtype.type(0))
 
     row_max = scores.max(axis=-1, keepdims=True)
-    has_key = np.isfinite(row_max)
+    has_key = np.isfinite(row_max) | np.isnan(row_max)  # NaN: a visible NaN score, which must propagate
     shift = np.where(has_key, row_max, dtype.type(0))
     unnormalised = np.exp(scores - shift)
     total = unnormalised.sum(axis=-1, keepdims=True)

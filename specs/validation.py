@@ -45,7 +45,7 @@ class AttentionShape:
         return (self.batch, self.heads, self.n_q, self.d_v)
 
 
-def _as_float_array(name: str, x: object) -> np.ndarray:
+def _as_float_array(name: str, x: object, finite: bool) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise AttentionInputError(f"{name} must be a numpy array, got {type(x).__name__}")
     if not np.issubdtype(x.dtype, np.floating):
@@ -54,15 +54,19 @@ def _as_float_array(name: str, x: object) -> np.ndarray:
         raise AttentionInputError(
             f"{name} must be 4-D (batch, heads, seq, dim); got {x.ndim}-D with shape {x.shape}"
         )
-    if not np.all(np.isfinite(x)):
+    if finite and not np.all(np.isfinite(x)):
         bad = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
         raise AttentionInputError(f"{name} contains a non-finite value {x[bad]} at index {bad}")
     return x
 
 
-def check_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> AttentionShape:
-    """Check q, k, v against the protocol and return the named sizes."""
-    q, k, v = (_as_float_array(n, x) for n, x in (("q", q), ("k", k), ("v", v)))
+def check_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, finite: bool = True) -> AttentionShape:
+    """Check q, k, v against the protocol and return the named sizes.
+
+    finite=True (the oracle's default) rejects NaN and Inf; implementations pass finite=False, since
+    non-finite values in positions a query may not see (padding) must simply not reach its output.
+    """
+    q, k, v = (_as_float_array(n, x, finite) for n, x in (("q", q), ("k", k), ("v", v)))
     batch, heads, n_q, d = q.shape
     if k.shape[0] != batch or v.shape[0] != batch:
         raise AttentionInputError(

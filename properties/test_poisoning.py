@@ -1,0 +1,137 @@
+"""NaN and Inf in the inputs (DESIGN.md CONTRACT 1: NaN where the reference is finite is a failure).
+
+A key a query may not see (causal future, masked, padding) must not reach its output even when it holds
+NaN or Inf: FlashAttention's tests poison padding with NaN for exactly this reason (a mask applied by adding
+-inf to a NaN score, or a hidden value multiplied by a zero weight, leaks it). Conversely a NaN a query does
+see must reach it: an implementation that drops NaN hides bugs upstream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from harness.markers import checks
+from harness.trial import Trial, problems_for
+from specs.problems import Problem
+
+POISONS = (np.nan, np.inf, -np.inf)
+
+
+def _per_kv_head(seen: np.ndarray, heads_kv: int) -> np.ndarray:
+    """(batch, heads, n_k) 'some row of this query head sees key j' -> the same per kv head."""
+    b, h, n_k = seen.shape
+    return seen.reshape(b, heads_kv, h // heads_kv, n_k).any(axis=2)
+
+
+def _poison(problem: Problem, allowed: np.ndarray, keys: list[int], poison: float) -> Problem:
+    """`poison` in k at `keys` (every batch and kv head), and in v where no query of the kv head sees the key."""
+    heads_kv = problem.k.shape[1]
+    unseen = ~_per_kv_head(allowed.any(axis=-2), heads_kv)
+    chosen = np.zeros(problem.n_k, dtype=bool)
+    chosen[keys] = True
+    b, g, j = np.nonzero(unseen & chosen)
+    k, v = problem.k.copy(), problem.v.copy()
+    k[:, :, keys] = poison
+    v[b, g, j] = poison
+    return problem.derive(
+        f"k, v = p.k.copy(), p.v.copy(); k[:, :, {keys}] = {poison!r}; "
+        f"v[{b.tolist()}, {g.tolist()}, {j.tolist()}] = {poison!r}; p = p.replace(k=k, v=v)", k=k, v=v)
+
+
+def _expect_rows_untouched(trial: Trial, poisoned: Problem, rows: np.ndarray, *, what: str) -> None:
+    """Rows (batch, heads, n_q) that see no poisoned key equal the oracle of the unpoisoned problem."""
+    assume(rows.any())
+    oracle, allowance = trial.oracle()
+    out = trial.check_output(trial.call_raw(poisoned), poisoned, call=None, finite=False)
+    keep = rows[..., None]
+    got = np.where(keep, out, oracle.out)
+    trial.expect_close(got, oracle.out, allowance, what=what, versus="the oracle without the poison",
+                       problem=poisoned)
+
+
+def _check_hidden_poison(impl, problem: Problem, keys: list[int], poison: float) -> None:
+    trial = Trial(impl, problem)
+    allowed = np.broadcast_to(trial.oracle()[0].allowed, problem.q.shape[:3] + (problem.n_k,))
+    poisoned = _poison(problem, allowed, keys, poison)
+    rows = ~allowed[..., keys].any(axis=-1)
+    _expect_rows_untouched(trial, poisoned, rows,
+                           what=f"out rows that see none of the keys {keys} holding {poison}")
+
+
+@checks("hidden-non-finite-never-reaches-output")
+@pytest.mark.requires("causal")
+@given(data=st.data())
+def test_non_finite_causal_future_never_reaches_past_rows(impl, data):
+    problem = data.draw(problems_for(impl, causal=True, min_n=2), label="problem")
+    cut = data.draw(st.integers(1, problem.n_k - 1), label="first poisoned key")
+    poison = data.draw(st.sampled_from(POISONS), label="poison")
+    _check_hidden_poison(impl, problem, list(range(cut, problem.n_k)), poison)
+
+
+@checks("hidden-non-finite-never-reaches-output")
+@pytest.mark.requires("mask")
+@given(data=st.data())
+def test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them(impl, data):
+    """Keys hidden by a boolean mask (any layout: a full mask, a query x key mask, key padding) hold NaN/Inf."""
+    problem = data.draw(problems_for(impl, masked=True, min_n=2), label="problem")
+    allowed = np.broadcast_to(problem.mask, problem.q.shape[:3] + (problem.n_k,))
+    hidden_somewhere = np.flatnonzero(~allowed.all(axis=(0, 1, 2)))
+    assume(hidden_somewhere.size)
+    keys = sorted(set(data.draw(st.lists(st.sampled_from(hidden_somewhere.tolist()), min_size=1, max_size=4),
+                                label="poisoned keys")))
+    _check_hidden_poison(impl, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
+
+
+@checks("visible-nan-propagates", "hidden-non-finite-never-reaches-output")
+@given(data=st.data())
+def test_visible_nan_reaches_exactly_the_rows_that_see_it(impl, data):
+    """NaN in one key (all of its rows' elements turn NaN) or in one value element v_jc (column c of its
+    rows turns NaN); every other element equals the oracle of the clean problem. With key padding (when
+    the implementation takes a mask), rows of a sequence that pads key j see no NaN at all."""
+    caps = impl.impl.capabilities
+    padded = caps.mask and data.draw(st.booleans(), label="key padding")
+    problem = data.draw(problems_for(impl), label="problem")
+    if padded:
+        drop = np.random.default_rng(problem.recipe.seed).random((problem.q.shape[0], 1, 1, problem.n_k)) < 0.3
+        drop[..., 0] = False  # every row keeps a key
+        problem = problem.derive(f"p = p.replace(mask=~(np.random.default_rng({problem.recipe.seed})"
+                                 f".random(({problem.q.shape[0]}, 1, 1, {problem.n_k})) < 0.3)); "
+                                 "p.mask[..., 0] = True", mask=~drop)
+    trial = Trial(impl, problem)
+    oracle, allowance = trial.oracle()
+    allowed = np.broadcast_to(True if oracle.allowed is None else oracle.allowed,
+                              problem.q.shape[:3] + (problem.n_k,))
+    j = data.draw(st.integers(0, problem.n_k - 1), label="poisoned key")
+    sees = allowed[..., j]  # (batch, heads, n_q)
+    in_key = data.draw(st.booleans(), label="NaN in the key (else in one value element)")
+    if in_key:
+        k = problem.k.copy()
+        k[:, :, j] = np.nan
+        poisoned = problem.derive(f"k = p.k.copy(); k[:, :, {j}] = np.nan; p = p.replace(k=k)", k=k)
+        nan_expected = np.broadcast_to(sees[..., None], oracle.out.shape)
+        where = f"key {j}"
+    else:
+        c = data.draw(st.integers(0, problem.v.shape[-1] - 1), label="poisoned value column")
+        v = problem.v.copy()
+        v[:, :, j, c] = np.nan
+        poisoned = problem.derive(f"v = p.v.copy(); v[:, :, {j}, {c}] = np.nan; p = p.replace(v=v)", v=v)
+        nan_expected = np.zeros(oracle.out.shape, dtype=bool)
+        nan_expected[..., c] = sees
+        where = f"value element v[:, :, {j}, {c}]"
+    out = trial.check_output(trial.call_raw(poisoned), poisoned, call=None, finite=False)
+    missing = nan_expected & ~np.isnan(out)
+    if missing.any():
+        at = tuple(int(i) for i in np.argwhere(missing)[0])
+        trial.fail(f"a NaN in {where} did not reach a row that sees it", poisoned, claim="visible-nan-propagates",
+                   details=(f"out{list(at)} = {out[at]!r}; {int(missing.sum())} of {int(nan_expected.sum())} "
+                            "elements that must be NaN are not",))
+    hidden_rows = np.broadcast_to(~sees[..., None], out.shape)
+    for part, claim, what in ((hidden_rows, "hidden-non-finite-never-reaches-output",
+                               f"out rows that cannot see the NaN in {where}"),
+                              (~hidden_rows & ~nan_expected, "visible-nan-propagates",
+                               f"out elements a NaN in {where} cannot reach")):
+        trial.expect_close(np.where(part, out, oracle.out), oracle.out, allowance, what=what,
+                           versus="the oracle without the NaN", problem=poisoned, claim=claim)

@@ -1,0 +1,82 @@
+"""The regimes real kernels switch code paths on, as deterministic problems.
+
+DESIGN.md § Numerical judgement: long sequences (thousands of keys), head dims
+to 256, strided inputs, batch and heads > 1 together. Hypothesis draws stay
+small (specs.strategies); these fixed cases sit next to them so that a path
+taken only past 512 keys or at head dim 128 is exercised on every run. A regime
+marked `long` (n >= 1025 or d = 256) costs seconds per implementation and runs
+in its own environment for the built-ins (`tox -e long`) and by default with
+`--impl`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specs.problems import Problem, build
+
+LONG_N = 1025  # from here on a regime is `long`
+LONG_D = 256
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A named problem recipe; `needs` lists the capabilities it asks of an implementation."""
+
+    name: str
+    recipe: dict = field(hash=False)
+    needs: tuple[str, ...] = ()
+
+    @property
+    def long(self) -> bool:
+        r = self.recipe
+        return max(r.get("n_q", 1), r.get("n_k", 1)) >= LONG_N or max(r.get("d", 1), r.get("d_v", 1)) >= LONG_D
+
+    def problem(self, **changes) -> Problem:
+        return build(**{**self.recipe, **changes})
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _needs(recipe: dict) -> tuple[str, ...]:
+    needs = []
+    if recipe.get("n_q", 1) != recipe.get("n_k", 1):
+        needs.append("cross")
+    if recipe.get("d_v", 1) != recipe.get("d", 1):
+        needs.append("value_dim")
+    if recipe.get("heads_kv", 1) != recipe.get("heads", 1):
+        needs.append("gqa")
+    return tuple(needs)
+
+
+def regime(name: str, **recipe) -> Regime:
+    return Regime(name, recipe, _needs(recipe))
+
+
+# Sequence lengths one past a power of two: the last tile of every power-of-two block size holds one row.
+SEQUENCE_LENGTHS = tuple(regime(f"n={n}", n_q=n, n_k=n, d=64, d_v=64, seed=n) for n in (257, 513, 1025, 2049))
+DECODE = (
+    regime("decode 1x4097", n_q=1, n_k=4097, d=128, d_v=128, seed=4097),
+    regime("prefill 300x1100", n_q=300, n_k=1100, d=64, d_v=64, seed=1100),
+)
+HEAD_DIMS = tuple(regime(f"d={d}", n_q=77, n_k=129, d=d, d_v=d, seed=d) for d in (96, 128, 192, 256)) + (
+    regime("d=96 d_v=128", n_q=65, n_k=65, d=96, d_v=128, seed=1),
+    regime("d=192 d_v=64", n_q=65, n_k=65, d=192, d_v=64, seed=2),
+    regime("d=256 d_v=96", n_q=65, n_k=65, d=256, d_v=96, seed=3),
+)
+HEAD_LAYOUTS = (
+    regime("batch=3 heads=4", batch=3, heads=4, heads_kv=4, n_q=65, n_k=65, d=32, d_v=32, seed=7),
+    regime("GQA 16/2 (group 8)", batch=2, heads=16, heads_kv=2, n_q=33, n_k=97, d=64, d_v=64, seed=8),
+    regime("MQA 8/1", batch=2, heads=8, heads_kv=1, n_q=40, n_k=40, d=64, d_v=64, seed=9),
+)
+# Every regime above, with score styles that stress the softmax at length.
+SIZES = SEQUENCE_LENGTHS + DECODE + HEAD_DIMS + HEAD_LAYOUTS
+LARGE_SCORES_AT_LENGTH = tuple(regime(f"n={n} large scores", n_q=n, n_k=n, d=32, d_v=32, seed=n,
+                                      score_style="large", value_style="offset") for n in (513, 2049))
+CAUSAL = tuple(regime(f"causal n={n}", n_q=n, n_k=n, d=64, d_v=64, seed=n, causal=True) for n in (257, 1025)) + (
+    regime("causal 200x1100", n_q=200, n_k=1100, d=64, d_v=64, seed=5, causal=True),
+    regime("causal 1100x200", n_q=1100, n_k=200, d=64, d_v=64, seed=6, causal=True),
+)
+MASKED = tuple(regime(f"{layout} mask n={n}", n_q=n, n_k=n, d=64, d_v=64, seed=n, mask_layout=layout,
+                      mask_density=0.3) for layout in ("full", "key_padding") for n in (513, 1025))
