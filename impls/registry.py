@@ -65,6 +65,7 @@ class Capabilities:
     tile_keywords: tuple[str, ...] = ()  # keyword arguments that set block sizes
     lse: bool = False  # accepts return_lse=True and returns (out, lse)
     fused: bool = False  # one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul
+    compiles_per_shape: bool = False  # every new shape compiles (jax.jit, torch.compile): draw from FIXED_SHAPES
 
     @property
     def paged(self) -> bool:

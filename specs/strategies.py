@@ -51,6 +51,52 @@ def tile_limit(blocks: Iterable[int]) -> int:
     return max(1, min(MAX_N, int(min(blocks, default=MAX_N) * math.sqrt(MAX_TILES))))
 
 
+# (batch, heads_kv, group, n_q, n_k, d, d_v): the only shapes an implementation that compiles per shape is
+# given (capability compiles_per_shape), so a run compiles a bounded number of kernels and shrinking moves
+# between these shapes instead of through every smaller one. Past tile boundaries, n_q != n_k both ways,
+# GQA, d_v != d, d not a power of two.
+FIXED_SHAPES = (
+    (1, 1, 1, 1, 1, 8, 8),
+    (1, 1, 1, 3, 3, 4, 4),
+    (2, 1, 2, 17, 17, 16, 16),
+    (1, 2, 1, 5, 33, 48, 48),
+    (1, 1, 3, 33, 5, 24, 40),
+    (2, 2, 2, 65, 65, 64, 64),
+    (1, 1, 1, 129, 129, 80, 80),
+    (1, 2, 2, 130, 97, 33, 17),
+)
+
+
+def _fits(shape: tuple[int, ...], *, min_n: int, max_n: int, max_d: int, gqa: bool, cross: bool,
+          value_dim: bool, different_lengths: bool, same_lengths: bool, weights_visible: bool) -> bool:
+    _, _, group, n_q, n_k, d, d_v = shape
+    return (min_n <= min(n_q, n_k) and max(n_q, n_k) <= max_n and max(d, d_v) <= max_d
+            and (gqa or group == 1) and (cross or n_q == n_k) and (value_dim or d == d_v)
+            and (not different_lengths or n_q != n_k) and (not same_lengths or n_q == n_k)
+            and (not weights_visible or value_dim or d >= n_k))
+
+
+@st.composite
+def _free_shape(draw, *, min_n: int, max_n: int, near: tuple[int, ...], max_d: int, gqa: bool, cross: bool,
+                value_dim: bool, different_lengths: bool, same_lengths: bool, weights_visible: bool):
+    """Any shape: lengths around tile boundaries, head dims that are not powers of two, GQA groups."""
+    n_q = draw(lengths(max_n, min_n=min_n, near=near))
+    if different_lengths:
+        n_k = draw(lengths(max_n, min_n=min_n, near=near).filter(lambda n: n != n_q))
+    elif cross and not same_lengths and draw(st.booleans()):
+        n_k = draw(lengths(max_n, min_n=min_n, near=near))
+    else:
+        n_k = n_q
+    d = draw(head_dims(max_d))
+    if weights_visible and not value_dim:
+        d = max(d, n_k)
+    d_v = draw(head_dims(max_d)) if value_dim and draw(st.booleans()) else d
+    heads_kv = draw(st.integers(1, 3))
+    group = draw(st.sampled_from([1, 2, 3])) if gqa else 1
+    batch = draw(st.integers(1, 2))
+    return batch, heads_kv, group, n_q, n_k, d, d_v
+
+
 @st.composite
 def problems(
     draw,
@@ -69,6 +115,7 @@ def problems(
     max_d: int = 80,
     weights_visible: bool = False,
     different_lengths: bool = False,
+    same_lengths: bool = False,
 ) -> Problem:
     """A problem an implementation with capabilities `caps` can be asked to solve in `dtype`.
 
@@ -76,7 +123,7 @@ def problems(
     scale=True lets an explicit scale be drawn when the implementation takes one;
     weights_visible=True keeps d >= n_k when d_v must equal d, so one-hot
     values (specs.problems.one_hot_values) fit; different_lengths=True forces
-    n_q != n_k (cross-attention).
+    n_q != n_k (cross-attention), same_lengths=True n_q == n_k.
     """
     banned = UNREPRESENTABLE.get(dtype, {})
     score_styles = tuple(s for s in score_styles if s not in banned.get("score_style", ()))
@@ -88,23 +135,20 @@ def problems(
     if caps is not None and caps.max_seq:
         max_n = max(min_n, min(max_n, caps.max_seq))
 
-    n_q = draw(lengths(max_n, min_n=min_n, near=near))
-    if different_lengths:
-        n_k = draw(lengths(max_n, min_n=min_n, near=near).filter(lambda n: n != n_q))
-    elif cross and draw(st.booleans()):
-        n_k = draw(lengths(max_n, min_n=min_n, near=near))
+    menu = [shape for shape in FIXED_SHAPES
+            if _fits(shape, min_n=min_n, max_n=max_n, max_d=max_d, gqa=gqa, cross=cross, value_dim=value_dim,
+                     different_lengths=different_lengths, same_lengths=same_lengths,
+                     weights_visible=weights_visible)]
+    if caps is not None and caps.compiles_per_shape and menu:
+        batch, heads_kv, group, n_q, n_k, d, d_v = draw(st.sampled_from(menu))
     else:
-        n_k = n_q
+        batch, heads_kv, group, n_q, n_k, d, d_v = draw(_free_shape(
+            min_n=min_n, max_n=max_n, near=near, max_d=max_d, gqa=gqa, cross=cross, value_dim=value_dim,
+            different_lengths=different_lengths, same_lengths=same_lengths, weights_visible=weights_visible))
     if causal and bottom_right and not empty_rows and n_q > n_k:
         n_q, n_k = n_k, n_q  # bottom-right alignment hides every key from the first n_q - n_k rows
-    d = draw(head_dims(max_d))
-    if weights_visible and not value_dim:
-        d = max(d, n_k)
-    d_v = draw(head_dims(max_d)) if value_dim and draw(st.booleans()) else d
-    heads_kv = draw(st.integers(1, 3))
-    group = draw(st.sampled_from([1, 2, 3])) if gqa else 1
     recipe = dict(
-        batch=draw(st.integers(1, 2)),
+        batch=batch,
         heads=heads_kv * group,
         heads_kv=heads_kv,
         n_q=n_q,
