@@ -9,6 +9,7 @@ Options (CONTRACT 1 and 2, DESIGN.md):
   --impl-timeout S   a single implementation call longer than this fails
   --impl-properties-only   deselect the checks of the oracle and of seed code
   --long-regimes auto|yes|no   long sequences and d = 256 (auto: only with --impl)
+  --claims SLUG,...  run only the properties of these claims
 Profiles (--hypothesis-profile or HYPOTHESIS_PROFILE): dev (default), ci, thorough.
 """
 
@@ -48,5 +49,7 @@ def pytest_addoption(parser) -> None:
                     help="fail an implementation call that runs longer than this (default 20)")
     group.addoption("--long-regimes", choices=("auto", "yes", "no"), default="auto",
                     help="run the long regimes (n >= 1025, d = 256): auto = only with --impl (default)")
+    group.addoption("--claims", action="append", default=[], metavar="SLUG[,SLUG]",
+                    help="run only the properties of these claims (repeatable, comma-separated)")
     group.addoption("--impl-properties-only", action="store_true",
                     help="run only properties that take an implementation (skip oracle and seed-code checks)")

@@ -14,11 +14,31 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from impls.defects import DefectScope
 from impls.registry import Variant
 from specs.catalogue import load_claims
+
+
+@dataclass
+class ExampleCount:
+    """Hypothesis examples a property has run, and how many it took to reach its first failure."""
+
+    examples: int = 0
+    first_failure: int | None = None
+    _last: object = field(default=None, repr=False)
+
+    def saw(self, example: object) -> None:
+        """Count `example` (Hypothesis' build context of the running example) once."""
+        if example is not self._last:
+            self._last = example
+            self.examples += 1
+
+    def failed(self) -> None:
+        """Remember the count at the first failure (None outside Hypothesis: a fixed case)."""
+        if self.first_failure is None and self.examples:
+            self.first_failure = self.examples
 
 
 @dataclass(frozen=True)
@@ -27,6 +47,7 @@ class RunningCheck:
 
     prop: str
     claims: tuple[str, ...]
+    count: ExampleCount = field(default_factory=ExampleCount)
 
 
 RUNNING: ContextVar[RunningCheck | None] = ContextVar("running_check", default=None)

@@ -45,6 +45,7 @@ class Outcome:
     counterexample: dict | None = None
     expected: bool = False
     why: str = ""  # why the failure was expected
+    examples_to_failure: int | None = None  # Hypothesis examples run until the first failure
 
 
 @dataclass
@@ -62,6 +63,7 @@ class RunState:
 
 
 STATE = pytest.StashKey[RunState]()
+RUNNING_CHECK = pytest.StashKey[RunningCheck | None]()
 
 
 def _split(value: str | None) -> list[str]:
@@ -122,17 +124,27 @@ def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | s
     return (marker.args, variant) if isinstance(variant, Variant) else None
 
 
+def _marked_claims(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("claims")
+    return marker.args if marker else ()
+
+
 def _name(subject: Variant | str) -> str:
     return subject.name if isinstance(subject, Variant) else subject
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     state = config.stash[STATE]
-    if config.getoption("impl_properties_only"):
-        dropped = [item for item in items if not _takes_impl(item)]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if item not in dropped]
+    wanted = {slug for option in config.getoption("claims") for slug in _split(option)}
+    unknown = wanted - set(state.claims)
+    if unknown:
+        raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
+    dropped = [item for item in items
+               if (config.getoption("impl_properties_only") and not _takes_impl(item))
+               or (wanted and not wanted & set(_marked_claims(item)))]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
     named = bool(config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS")))
     if not long_regimes_wanted(config.getoption("long_regimes"), named):
         for item in items:
@@ -195,7 +207,9 @@ def _claim_section(state: RunState, slugs: tuple[str, ...]) -> str:
 def pytest_runtest_call(item: pytest.Item):
     """Tell harness.trial which property and claims are running (it picks the violation's type)."""
     found = _claims_and_subject(item)
-    token = RUNNING.set(RunningCheck(item.originalname, found[0]) if found else None)
+    running = RunningCheck(item.originalname, found[0]) if found else None
+    item.stash[RUNNING_CHECK] = running
+    token = RUNNING.set(running)
     try:
         yield
     finally:
@@ -259,8 +273,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         counterexample = _falsifying_example(report.longreprtext)
     outcomes = _blame(state, slugs, subject, prop, failures, detail)
     report.sections.append(("claim", _claim_section(state, tuple(outcomes))))
+    running = item.stash.get(RUNNING_CHECK, None)
     for slug, outcome in outcomes.items():
         outcome.nodeid, outcome.detail, outcome.counterexample = item.nodeid, detail, counterexample
+        outcome.examples_to_failure = running.count.first_failure if running else None
         state.outcomes[(slug, _name(subject))].append(outcome)
     if all(o.expected for o in outcomes.values()):
         report.outcome = "skipped"

@@ -40,7 +40,9 @@ def aggregate(outcomes: list) -> dict:
             return {"status": status, "detail": first.detail, "counterexample": first.counterexample,
                     "expected": status == "fail" and first.expected, "why": first.why,
                     "tests": len(outcomes), "test": first.nodeid,
-                    "failed_properties": sorted({o.prop for o in fails})}
+                    "failed_properties": sorted({o.prop for o in fails}),
+                    "examples_to_failure": min((o.examples_to_failure for o in fails
+                                                if o.examples_to_failure is not None), default=None)}
     raise ValueError("a verdict needs at least one outcome")
 
 

@@ -16,6 +16,7 @@ from typing import NoReturn
 import numpy as np
 from hypothesis import currently_in_test_context, note, reject, target
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
 
 from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
@@ -105,8 +106,11 @@ class Trial:
         self.dtype = np.dtype(variant.dtype)
         self._targets: list[str] = []
         self.in_hypothesis = currently_in_test_context()
+        running = RUNNING.get()
         if self.in_hypothesis:
             note(f"implementation {variant.name}; problem {problem!r}")
+            if running is not None:
+                running.count.saw(current_build_context())
 
     # -- inputs -------------------------------------------------------------
     def inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -235,6 +239,8 @@ class Trial:
                       repro=self.repro(problem, call, script), claim=claim)
         violation = PropertyViolation(summary, **fields)
         running = RUNNING.get()
+        if running is not None:
+            running.count.failed()
         if running is not None and all_expected((claim,) if claim else running.claims, self.variant,
                                                 running.prop, violation.message()):
             raise DeclaredViolation(summary, **fields)
@@ -286,6 +292,14 @@ class Trial:
             f"np.asarray(out, dtype=float)[{_index_code(expected_index)}]).max())",
         ])
         self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem, script=script)
+
+    def own_output(self, problem: Problem | None = None) -> tuple[np.ndarray, Allowance]:
+        """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of
+        its outputs that must equal it: a metamorphic comparison, so a wrong formula that is wrong the same
+        way both times is not blamed on the property that compares them."""
+        contiguous = Trial(self.variant, problem or self.problem)
+        out, allowance, own = contiguous._output_with_own_bound(contiguous.problem)
+        return out, metamorphic_allowance(allowance, allowance, own, own)
 
     def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, np.ndarray]:
         out = self.call(problem)

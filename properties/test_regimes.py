@@ -23,28 +23,22 @@ from specs.problems import build
 @checks("sdpa-formula")
 @pytest.mark.parametrize("regime", cases(regimes.SIZES + regimes.LARGE_SCORES_AT_LENGTH))
 def test_long_sequences_and_wide_heads_match_oracle(impl, regime):
+    """Lengths past 256 to 2049 and a 4097-key decode, head dims 96 to 256, batch and heads together with
+    GQA groups of 8 and MQA (a regime the implementation cannot take is skipped with the reason)."""
     check_against_oracle(impl, skip_unless_fits(impl, regime))
 
 
-@checks("causal-alignment")
+@checks("sdpa-formula")
 @pytest.mark.requires("causal")
 @pytest.mark.parametrize("regime", cases(regimes.CAUSAL))
 def test_long_causal_matches_oracle_in_declared_alignment(impl, regime):
     check_against_oracle(impl, skip_unless_fits(impl, regime))
 
 
-@checks("boolean-mask-hides-keys")
+@checks("sdpa-formula")
 @pytest.mark.requires("mask")
 @pytest.mark.parametrize("regime", cases(regimes.MASKED))
 def test_long_masked_matches_oracle(impl, regime):
-    check_against_oracle(impl, skip_unless_fits(impl, regime))
-
-
-@checks("gqa-shares-kv-heads")
-@pytest.mark.requires("gqa")
-@pytest.mark.parametrize("regime", cases(regimes.HEAD_LAYOUTS[1:]))
-def test_grouped_heads_at_scale_match_oracle(impl, regime):
-    """Groups of 8 query heads per kv head, and one kv head for all (MQA), with batch > 1."""
     check_against_oracle(impl, skip_unless_fits(impl, regime))
 
 
@@ -79,30 +73,47 @@ def test_default_block_sizes_at_their_multiples_match_oracle(impl):
 @pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"contiguous"}))
 def test_strided_inputs_give_the_same_attention(impl, layout):
     """The same values passed as strided views (BSHD storage, a sliced or stepped head dim, Fortran order,
-    negative strides): the result must match the oracle as for contiguous arrays."""
+    negative strides) give what the implementation gives on contiguous arrays, within the rounding two
+    correct computations of one problem may differ by."""
     for problem in (build(batch=2, heads=4, heads_kv=2 if impl.impl.capabilities.gqa else 4,
                           n_q=33, n_k=33, d=24, d_v=24, seed=11),
                     build(batch=2, heads=2, heads_kv=2, n_q=129, n_k=129, d=64, d_v=64, seed=12)):
         trial = Trial(impl, problem, layout=layout)
-        oracle, allowance = trial.oracle()
-        trial.expect_close(trial.call(), oracle.out, allowance, what=f"out on {layout} inputs")
+        contiguous, allowance = trial.own_output()
+        trial.expect_close(trial.call(), contiguous, allowance, what=f"out on {layout} inputs",
+                           versus="its output on contiguous inputs")
+
+
+def _changed_inputs(trial: Trial, before: list[np.ndarray], after: tuple[np.ndarray, ...]) -> None:
+    for name, kept, x in zip("qkv", before, after, strict=True):
+        if not np.array_equal(x, kept, equal_nan=True):
+            trial.fail(f"the call wrote to its input {name}",
+                       details=(f"{int(np.sum(x != kept))} of {x.size} elements of {name} changed",))
 
 
 @checks("calls-are-independent")
 @pytest.mark.parametrize("regime", cases(regimes.SEQUENCE_LENGTHS[:1] + regimes.HEAD_DIMS[1:2]))
 def test_repeated_calls_follow_new_values_and_leave_inputs_alone(impl, regime):
-    """Three calls with one shape: values A, then B, then A again. Each output is the attention of the values
-    of that call (a cache keyed by shape would return stale results), and no call writes to its inputs."""
-    first = skip_unless_fits(impl, regime)
-    second = regime.problem(seed=regime.recipe["seed"] + 1)
-    for problem in (first, second, first):
+    """Three calls with one shape: values A, then B, then A again. No call writes to its inputs; B's output
+    is not A's (where the oracle says they differ beyond both allowances: a cache keyed by shape returns it);
+    the second call on A gives what the first gave."""
+    a = skip_unless_fits(impl, regime)
+    b = regime.problem(seed=regime.recipe["seed"] + 1)
+    outs = []
+    for problem in (a, b, a):
         trial = Trial(impl, problem)
-        q, k, v = trial.inputs()
-        before = [x.copy() for x in (q, k, v)]
-        oracle, allowance = trial.oracle()
-        out = trial.check_output(trial.call_on((q, k, v), problem), problem, call=None)
-        for name, x, kept in zip("qkv", (q, k, v), before, strict=True):
-            if not np.array_equal(x, kept, equal_nan=True):
-                trial.fail(f"the call wrote to its input {name}",
-                           details=(f"{int(np.sum(x != kept))} elements of {name} changed",))
-        trial.expect_close(out, oracle.out, allowance, what=f"out of call on {problem!r}")
+        arrays = trial.inputs()
+        before = [x.copy() for x in arrays]
+        outs.append(trial.check_output(trial.call_on(arrays, problem), problem, call=None))
+        _changed_inputs(trial, before, arrays)
+    trial_a, trial_b = Trial(impl, a), Trial(impl, b)
+    (oracle_a, allowance_a), (oracle_b, allowance_b) = trial_a.oracle(), trial_b.oracle()
+    distinct = np.abs(oracle_b.out - oracle_a.out) > allowance_a.bound + allowance_b.bound
+    stale = distinct & (outs[1] == outs[0])
+    if distinct.any() and stale.sum() == distinct.sum():
+        trial_b.fail("the call on new values returned the previous call's output",
+                     details=(f"{int(stale.sum())} elements equal the output on {a!r} exactly, where the oracle "
+                              "says they differ",))
+    _, allowance = trial_a.own_output()
+    trial_a.expect_close(outs[2], outs[0], allowance, what="out of the second call on the same values",
+                         versus="the first call's out")

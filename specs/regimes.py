@@ -69,6 +69,8 @@ HEAD_LAYOUTS = (
     regime("batch=3 heads=4", batch=3, heads=4, heads_kv=4, n_q=65, n_k=65, d=32, d_v=32, seed=7),
     regime("GQA 16/2 (group 8)", batch=2, heads=16, heads_kv=2, n_q=33, n_k=97, d=64, d_v=64, seed=8),
     regime("MQA 8/1", batch=2, heads=8, heads_kv=1, n_q=40, n_k=40, d=64, d_v=64, seed=9),
+    # 16 kv heads of 257 x 64: offsets past 2^15 elements, where a narrow index type wraps
+    regime("batch=2 heads=8 n=257", batch=2, heads=8, heads_kv=8, n_q=257, n_k=257, d=64, d_v=64, seed=10),
 )
 # Every regime above, with score styles that stress the softmax at length.
 SIZES = SEQUENCE_LENGTHS + DECODE + HEAD_DIMS + HEAD_LAYOUTS

@@ -15,10 +15,10 @@ import sys
 import pytest
 
 from specs.catalogue import load_claims
-from tests import defective_impls
 from tests.runs import ROOT, run_suite
+from zoo import declared as defective_impls
 
-TARGETS = {name: f"tests/defective_impls.py:{name}" for name in defective_impls.DEFECTIVE}
+TARGETS = {name: f"zoo/declared.py:{name}" for name in defective_impls.DEFECTIVE}
 
 
 @pytest.fixture(scope="module")

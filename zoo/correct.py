@@ -1,0 +1,213 @@
+"""The correct zoo: attention written in unusual but legitimate ways, as an outside user would (CONTRACT 1,
+no import of the suite). Every applicable property must pass on each, under `ci` and `thorough`:
+a false alarm here is a bug in the suite (tests/test_zoo.py).
+
+Shared conventions: query head h reads kv head h // group; top-left causal; a key that no query of a
+block may see is never multiplied (its value may be NaN padding); a row with no visible key gives 0.
+"""
+
+import math
+
+import numpy as np
+
+ALL_DTYPES = ("float64", "float32", "float16")
+
+
+def _keys_and_values(q, k, v):
+    """k and v with one kv head per query head; one value per key is checked, not assumed."""
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k has {k.shape[2]} keys but v has {v.shape[2]} values")
+    if q.shape[1] % k.shape[1] or k.shape[1] != v.shape[1]:
+        raise ValueError(f"heads: q {q.shape[1]}, k {k.shape[1]}, v {v.shape[1]}")
+    group = q.shape[1] // k.shape[1]
+    return np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+
+
+def _visible(n_q, n_k, causal, mask, rows=slice(None), cols=slice(None)):
+    """Visibility of query rows `rows` to key columns `cols` (None: all visible)."""
+    allowed = None
+    if causal:
+        allowed = np.arange(n_k)[cols][None, :] <= np.arange(n_q)[rows][:, None]
+    if mask is not None:
+        part = np.broadcast_to(mask, mask.shape[:-2] + (n_q, n_k))[..., rows, cols]
+        allowed = part if allowed is None else allowed & part
+    return allowed
+
+
+def _unseen_to_zero(values, allowed):
+    """Values of keys no row sees set to 0, so NaN padding is never multiplied."""
+    if allowed is None:
+        return values
+    seen = np.broadcast_to(allowed, allowed.shape).any(axis=-2)[..., None]
+    return np.where(seen, values, 0)
+
+
+def _inner(dtype):
+    """The scalar type computations run in: float32 for float16 storage, else the storage type."""
+    return np.float32 if dtype == np.float16 else dtype.type
+
+
+def _scale(scale, d):
+    return 1 / math.sqrt(d) if scale is None else scale
+
+
+def exp2_with_folded_scale(q, k, v, *, scale=None, causal=False, mask=None):
+    """2^(x log2 e) as FlashAttention's kernels compute exp: log2(e) folded into the scale."""
+    dtype = q.dtype
+    inner = _inner(dtype)
+    q, k, v = (x.astype(inner) for x in (q, k, v))
+    k, v = _keys_and_values(q, k, v)
+    scores = (q @ k.swapaxes(-1, -2)) * inner(_scale(scale, q.shape[-1]) * math.log2(math.e))
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask)
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    p = np.exp2(scores - np.where(np.isinf(top) & (top < 0), 0, top))
+    total = p.sum(axis=-1, keepdims=True)
+    return ((p @ _unseen_to_zero(v, allowed)) / np.where(total == 0, 1, total)).astype(dtype)
+
+
+exp2_with_folded_scale.attention_capabilities = {"dtypes": ALL_DTYPES}
+
+
+def _online(q, k, v, scale, causal, mask, *, block, reverse):
+    """Online softmax over key blocks of `block` keys, walked forwards or backwards, in float64/32."""
+    dtype = q.dtype
+    inner = _inner(dtype)
+    q, k, v = (x.astype(inner) for x in (q, k, v))
+    k, v = _keys_and_values(q, k, v)
+    n_q, n_k = q.shape[2], k.shape[2]
+    s = inner(_scale(scale, q.shape[-1]))
+    top = np.full(q.shape[:3] + (1,), -np.inf, dtype=inner)
+    total = np.zeros(q.shape[:3] + (1,), dtype=inner)
+    acc = np.zeros(q.shape[:3] + (v.shape[-1],), dtype=inner)
+    starts = list(range(0, n_k, block))
+    for c0 in reversed(starts) if reverse else starts:
+        cols = slice(c0, min(c0 + block, n_k))
+        scores = (q @ k[:, :, cols].swapaxes(-1, -2)) * s
+        allowed = _visible(n_q, n_k, causal, mask, cols=cols)
+        if allowed is not None:
+            scores = np.where(allowed, scores, -np.inf)
+        new_top = np.maximum(top, scores.max(axis=-1, keepdims=True))
+        shift = np.where(np.isinf(new_top) & (new_top < 0), 0, new_top)
+        p = np.exp(scores - shift)
+        correction = np.exp(top - shift)
+        total = total * correction + p.sum(axis=-1, keepdims=True)
+        acc = acc * correction + p @ _unseen_to_zero(v[:, :, cols], allowed)
+        top = new_top
+    return (acc / np.where(total == 0, 1, total)).astype(dtype)
+
+
+def keys_streamed_in_reverse(q, k, v, *, scale=None, causal=False, mask=None):
+    """Online softmax over blocks of 7 keys, last block first."""
+    return _online(q, k, v, scale, causal, mask, block=7, reverse=True)
+
+
+def one_key_per_block(q, k, v, *, scale=None, causal=False, mask=None):
+    """Online softmax with B_c = 1: every key rescales the running output."""
+    return _online(q, k, v, scale, causal, mask, block=1, reverse=False)
+
+
+for _fn in (keys_streamed_in_reverse, one_key_per_block):
+    _fn.attention_capabilities = {"dtypes": ALL_DTYPES}
+
+
+def split_kv_merged_by_lse(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
+    """Three key splits attended separately and merged through their log-sum-exps (flash-decoding)."""
+    dtype = q.dtype
+    inner = _inner(dtype)
+    q, k, v = (x.astype(inner) for x in (q, k, v))
+    k, v = _keys_and_values(q, k, v)
+    n_q, n_k = q.shape[2], k.shape[2]
+    s = inner(_scale(scale, q.shape[-1]))
+    outs, lses = [], []
+    for cols in np.array_split(np.arange(n_k), min(3, n_k)):
+        scores = (q @ k[:, :, cols].swapaxes(-1, -2)) * s
+        allowed = _visible(n_q, n_k, causal, mask, cols=cols)
+        if allowed is not None:
+            scores = np.where(allowed, scores, -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        empty = np.isinf(top) & (top < 0)
+        p = np.exp(scores - np.where(empty, 0, top))
+        total = p.sum(axis=-1, keepdims=True)
+        outs.append((p @ _unseen_to_zero(v[:, :, cols], allowed)) / np.where(total == 0, 1, total))
+        with np.errstate(divide="ignore"):
+            lses.append(np.where(empty, -np.inf, top + np.log(np.where(total == 0, 1, total))))
+    stacked = np.stack(lses)
+    top = stacked.max(axis=0)
+    empty = np.isinf(top) & (top < 0)
+    shift = np.where(empty, 0, top)
+    weights = np.exp(stacked - shift)
+    lse = np.where(empty, -np.inf, shift + np.log(np.where(empty, 1, weights.sum(axis=0))))
+    out = sum(np.where(empty, 0, np.exp(part - np.where(empty, 0, lse))) * o
+              for part, o in zip(lses, outs, strict=True))
+    out = out.astype(dtype)
+    return (out, lse[..., 0]) if return_lse else out
+
+
+split_kv_merged_by_lse.attention_capabilities = {"dtypes": ALL_DTYPES, "lse": True}
+
+
+def float16_storage_float32_accumulation(q, k, v, *, scale=None, causal=False, mask=None):
+    """float16 in and out; scores, softmax and P V in float32 (what FlashAttention's fp16 kernels do)."""
+    return exp2_with_folded_scale(*(x.astype(np.float32) for x in (q, k, v)), scale=scale, causal=causal,
+                                  mask=mask).astype(np.float16)
+
+
+float16_storage_float32_accumulation.attention_capabilities = {"dtypes": ("float16",)}
+
+
+def float64_behind_float32(q, k, v, *, scale=None, causal=False, mask=None):
+    """A float32 interface computing in float64: more accurate than asked, never less."""
+    return one_key_per_block(*(x.astype(np.float64) for x in (q, k, v)), scale=scale, causal=causal,
+                             mask=mask).astype(np.float32)
+
+
+float64_behind_float32.attention_capabilities = {"dtypes": ("float32",)}
+
+
+def output_as_strided_view(q, k, v, *, scale=None, causal=False, mask=None):
+    """Computed into a [batch, seq, heads, dim] buffer and returned as a transposed (non-contiguous) view."""
+    out = keys_streamed_in_reverse(q, k, v, scale=scale, causal=causal, mask=mask)
+    buffer = np.empty((out.shape[0], out.shape[2], out.shape[1], out.shape[3]), dtype=out.dtype)
+    buffer[...] = out.transpose(0, 2, 1, 3)
+    return buffer.transpose(0, 2, 1, 3)
+
+
+output_as_strided_view.attention_capabilities = {"dtypes": ALL_DTYPES}
+
+
+def torch_tensor_output(q, k, v, *, scale=None, causal=False, mask=None):
+    """Returns a torch tensor (CONTRACT 1 allows NumPy, torch or CuPy outputs)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(exp2_with_folded_scale(q, k, v, scale=scale, causal=causal,
+                                                                        mask=mask)))
+
+
+torch_tensor_output.attention_capabilities = {"dtypes": ALL_DTYPES}
+
+
+def log_domain_weights(q, k, v, *, scale=None, causal=False, mask=None):
+    """Weights as exp(S - logsumexp(S)) straight from the log domain, no division."""
+    dtype = q.dtype
+    inner = _inner(dtype)
+    q, k, v = (x.astype(inner) for x in (q, k, v))
+    k, v = _keys_and_values(q, k, v)
+    scores = (q @ k.swapaxes(-1, -2)) * inner(_scale(scale, q.shape[-1]))
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask)
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    empty = np.isinf(top) & (top < 0)
+    shift = np.where(empty, 0, top)
+    lse = shift + np.log(np.where(empty, 1, np.exp(scores - shift).sum(axis=-1, keepdims=True)))
+    weights = np.where(empty, 0, np.exp(scores - np.where(empty, 0, lse)))
+    return (weights @ _unseen_to_zero(v, allowed)).astype(dtype)
+
+
+log_domain_weights.attention_capabilities = {"dtypes": ALL_DTYPES}
+
+CORRECT = ("exp2_with_folded_scale", "keys_streamed_in_reverse", "one_key_per_block", "split_kv_merged_by_lse",
+           "float16_storage_float32_accumulation", "float64_behind_float32", "output_as_strided_view",
+           "torch_tensor_output", "log_domain_weights")

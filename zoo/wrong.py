@@ -1,0 +1,374 @@
+"""Deliberately wrong attention, one mistake each, written as an outside user would (CONTRACT 1: plain
+functions, capabilities as an attribute, no import of the suite). zoo/defects.py says what each models.
+
+Every function is the correct formula of `_attention` with one thing changed, so the mistake is the only
+difference a property can see.
+"""
+
+import math
+
+import numpy as np
+
+
+def _expand(x, heads, kv_head_of=None):
+    """kv heads -> one per query head; query head h reads kv head h // group unless `kv_head_of` says."""
+    heads_kv = x.shape[1]
+    index = [kv_head_of(h, heads, heads_kv) if kv_head_of else h // (heads // heads_kv) for h in range(heads)]
+    return x[:, index]
+
+
+def _visible(n_q, n_k, causal, mask, shape, offset=0):
+    """Boolean (batch, heads, n_q, n_k) visibility, or None when everything is visible."""
+    allowed = None
+    if causal:
+        allowed = np.broadcast_to(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + offset, shape)
+    if mask is not None:
+        allowed = np.broadcast_to(mask, shape) if allowed is None else allowed & mask
+    return allowed
+
+
+def _softmax(scores, allowed):
+    """Row softmax; rows with no visible key give 0."""
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(scores - top)
+    total = e.sum(axis=-1, keepdims=True)
+    return e / np.where(total > 0, total, 1.0)
+
+
+def _attention(q, k, v, scale=None, causal=False, mask=None, *, offset=0, kv_head_of=None, scale_of=None):
+    """The correct formula (top-left causal unless `offset`), with the hooks the mistakes below change."""
+    heads, n_q, d = q.shape[1], q.shape[2], q.shape[3]
+    k, v = _expand(k, heads, kv_head_of), _expand(v, heads, kv_head_of)
+    s = scale if scale is not None else (scale_of(q, v) if scale_of else 1 / math.sqrt(d))
+    scores = (q @ k.swapaxes(-1, -2)) * s
+    allowed = _visible(n_q, k.shape[2], causal, mask, scores.shape, offset)
+    weights = _softmax(scores, allowed)
+    if allowed is not None:
+        v = np.where(allowed.any(axis=-2)[..., None], v, 0.0)
+    return weights @ v
+
+
+# -- scale -----------------------------------------------------------------------------------------------
+def scale_by_value_dim(q, k, v, *, scale=None, causal=False, mask=None):
+    return _attention(q, k, v, scale, causal, mask, scale_of=lambda q, v: 1 / math.sqrt(v.shape[-1]))
+
+
+def scale_one_over_d(q, k, v, *, scale=None, causal=False, mask=None):
+    return _attention(q, k, v, scale, causal, mask, scale_of=lambda q, v: 1 / q.shape[-1])
+
+
+def explicit_scale_ignored(q, k, v, *, scale=None, causal=False, mask=None):
+    return _attention(q, k, v, None, causal, mask)
+
+
+def decode_path_unscaled(q, k, v, *, scale=None, causal=False, mask=None):
+    """A fast path for one query (decoding) that forgets the scale."""
+    if q.shape[2] == 1:
+        return _attention(q, k, v, 1.0, causal, mask)
+    return _attention(q, k, v, scale, causal, mask)
+
+
+def wide_head_path_wrong_scale(q, k, v, *, scale=None, causal=False, mask=None):
+    """A kernel for head dims >= 128 that hard-codes the scale of d = 64."""
+    if q.shape[-1] >= 128:
+        return _attention(q, k, v, scale if scale is not None else 1 / 8, causal, mask)
+    return _attention(q, k, v, scale, causal, mask)
+
+
+# -- softmax ---------------------------------------------------------------------------------------------
+def no_max_subtraction(q, k, v, *, scale=None, causal=False, mask=None):
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    scores = (q @ k.swapaxes(-1, -2)) * s
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores) if allowed is None else np.where(allowed, np.exp(scores), 0.0)
+        total = e.sum(axis=-1, keepdims=True)
+        return (e / np.where(total > 0, total, 1.0)) @ v
+
+
+def float32_softmax(q, k, v, *, scale=None, causal=False, mask=None):
+    """float64 inputs and output, float32 inside (the jax.nn.dot_product_attention run of the issue)."""
+    low = _attention(*(x.astype(np.float32) for x in (q, k, v)), scale, causal, mask)
+    return low.astype(np.float64)
+
+
+def long_keys_split_averaged(q, k, v, *, scale=None, causal=False, mask=None):
+    """Past 512 keys, two halves are attended separately and their outputs averaged (not merged by lse)."""
+    n_k = k.shape[2]
+    if n_k <= 512 or causal or mask is not None:
+        return _attention(q, k, v, scale, causal, mask)
+    half = n_k // 2
+    return 0.5 * (_attention(q, k[:, :, :half], v[:, :, :half], scale)
+                  + _attention(q, k[:, :, half:], v[:, :, half:], scale))
+
+
+def float16_serial_accumulation(q, k, v, *, scale=None, causal=False, mask=None):
+    """float16 storage and a float16 accumulator updated one key at a time (no float32 inside)."""
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    scores = (q.astype(np.float32) @ k.astype(np.float32).swapaxes(-1, -2)) * s
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    weights = _softmax(scores, allowed).astype(np.float16)
+    acc = np.zeros(q.shape[:3] + (v.shape[-1],), dtype=np.float16)
+    for j in range(k.shape[2]):
+        acc = acc + weights[..., j:j + 1] * v[:, :, j:j + 1, :]
+    return acc
+
+
+float16_serial_accumulation.attention_capabilities = {"dtypes": ("float16",)}
+
+
+def softmax_over_query_axis(q, k, v, *, scale=None, causal=False, mask=None):
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    return _softmax(scores.swapaxes(-1, -2), None).swapaxes(-1, -2) @ v
+
+
+# -- masks -----------------------------------------------------------------------------------------------
+def causal_declared_bottom_right(q, k, v, *, scale=None, causal=False, mask=None):
+    """Declares FlashAttention >= 2.1's bottom-right alignment but masks top-left, as before 2.1."""
+    return _attention(q, k, v, scale, causal, mask)
+
+
+causal_declared_bottom_right.attention_capabilities = {"causal_alignment": "bottom_right"}
+
+
+def causal_excludes_diagonal(q, k, v, *, scale=None, causal=False, mask=None):
+    return _attention(q, k, v, scale, causal, mask, offset=-1 if causal else 0)
+
+
+def mask_inverted(q, k, v, *, scale=None, causal=False, mask=None):
+    """torch.nn.MultiheadAttention's convention (True = may NOT attend) used where True = may attend."""
+    return _attention(q, k, v, scale, causal, None if mask is None else ~mask)
+
+
+def mask_minus_ten_thousand(q, k, v, *, scale=None, causal=False, mask=None):
+    """Hidden keys get score - 10000 added instead of being removed."""
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    if allowed is not None:
+        scores = scores + np.where(allowed, 0.0, -1e4)
+    return _softmax(scores, None) @ v
+
+
+def mask_keys_reversed(q, k, v, *, scale=None, causal=False, mask=None):
+    """Padding read from the wrong end: the mask's key axis is reversed."""
+    return _attention(q, k, v, scale, causal, None if mask is None else mask[..., ::-1])
+
+
+def fully_masked_rows_nan(q, k, v, *, scale=None, causal=False, mask=None):
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+
+def fully_masked_rows_mean(q, k, v, *, scale=None, causal=False, mask=None):
+    """Hidden scores set to the same large negative number, so a row with no visible key averages all."""
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    if allowed is not None:
+        scores = np.where(allowed, scores, np.finfo(scores.dtype).min)
+    return _softmax(scores, None) @ v
+
+
+def mask_added_as_minus_inf(q, k, v, *, scale=None, causal=False, mask=None):
+    """The mask added to the scores as 0 / -inf: a NaN score stays NaN (NaN + -inf)."""
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    if allowed is not None:
+        scores = scores + np.where(allowed, 0.0, -np.inf)
+    return _softmax(scores, None) @ np.where(np.isfinite(v), v, 0.0)
+
+
+def hidden_values_multiplied(q, k, v, *, scale=None, causal=False, mask=None):
+    """Hidden keys get weight 0, but P V still multiplies their values: 0 * NaN = NaN."""
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    return _softmax(scores, _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)) @ v
+
+
+def nan_scores_zeroed(q, k, v, *, scale=None, causal=False, mask=None):
+    """np.nan_to_num on the inputs "for safety": a NaN the query sees disappears."""
+    return _attention(np.nan_to_num(q), np.nan_to_num(k), np.nan_to_num(v), scale, causal, mask)
+
+
+# -- heads and batches -----------------------------------------------------------------------------------
+def gqa_heads_interleaved(q, k, v, *, scale=None, causal=False, mask=None):
+    """Query head h reads kv head h % heads_kv (tile) instead of h // group (repeat_interleave)."""
+    return _attention(q, k, v, scale, causal, mask, kv_head_of=lambda h, heads, heads_kv: h % heads_kv)
+
+
+def gqa_first_kv_head_only(q, k, v, *, scale=None, causal=False, mask=None):
+    return _attention(q, k, v, scale, causal, mask, kv_head_of=lambda h, heads, heads_kv: 0)
+
+
+def first_batch_keys_for_all(q, k, v, *, scale=None, causal=False, mask=None):
+    batch = q.shape[0]
+    return _attention(q, np.repeat(k[:1], batch, axis=0), np.repeat(v[:1], batch, axis=0), scale, causal, mask)
+
+
+def int16_head_offset(q, k, v, *, scale=None, causal=False, mask=None):
+    """The flat offset of each kv head's block, computed in int16, wraps past 32767 elements."""
+    b, h_kv, n_k, d = k.shape
+    flat_k, flat_v = k.reshape(-1), v.reshape(-1)
+    starts = (np.arange(b * h_kv, dtype=np.int64) * (n_k * d)).astype(np.int16).astype(np.int64) % flat_k.size
+    starts_v = (np.arange(b * h_kv, dtype=np.int64) * (n_k * v.shape[-1])).astype(np.int16).astype(np.int64)
+    rows = np.arange(n_k * d)
+    k2 = np.stack([np.take(flat_k, s + rows, mode="wrap") for s in starts]).reshape(k.shape)
+    rows_v = np.arange(n_k * v.shape[-1])
+    v2 = np.stack([np.take(flat_v, s % flat_v.size + rows_v, mode="wrap") for s in starts_v]).reshape(v.shape)
+    return _attention(q, k2, v2, scale, causal, mask)
+
+
+# -- calls and memory ------------------------------------------------------------------------------------
+_cache: dict = {}
+
+
+def stale_cache_by_shape(q, k, v, *, scale=None, causal=False, mask=None):
+    """Results cached by shape and flags only: the second call with new values gets the first result."""
+    key = (q.shape, k.shape, v.shape, q.dtype.str, scale, causal, None if mask is None else mask.shape)
+    if key not in _cache:
+        _cache[key] = _attention(q, k, v, scale, causal, mask)
+    return _cache[key].copy()
+
+
+def scales_q_in_place(q, k, v, *, scale=None, causal=False, mask=None):
+    q *= scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    return _attention(q, k, v, 1.0, causal, mask)
+
+
+def assumes_contiguous(q, k, v, *, scale=None, causal=False, mask=None):
+    """Reads each input's elements in memory order as if that order were (batch, heads, seq, dim): right for
+    C-contiguous arrays, scrambled for BSHD storage or Fortran order (a raw pointer without its strides)."""
+    q, k, v = (x.ravel(order="K").reshape(x.shape) for x in (q, k, v))
+    return _attention(q, k, v, scale, causal, mask)
+
+
+# -- tiles, splits, pages, lse ---------------------------------------------------------------------------
+def _tiled(q, k, v, scale, causal, block_cols, *, rescale_acc=True, drop_tail=False, normalise_each=False):
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    n_q, n_k = q.shape[2], k.shape[2]
+    top = np.full(q.shape[:3] + (1,), -np.inf)
+    total = np.zeros(q.shape[:3] + (1,))
+    acc = np.zeros(q.shape[:3] + (v.shape[-1],))
+    stop = n_k - n_k % block_cols if drop_tail and n_k > block_cols else n_k
+    for c0 in range(0, stop, block_cols):
+        c1 = min(c0 + block_cols, n_k)
+        scores = (q @ k[:, :, c0:c1].swapaxes(-1, -2)) * s
+        if causal:
+            scores = np.where(np.arange(c0, c1)[None, :] <= np.arange(n_q)[:, None], scores, -np.inf)
+        if normalise_each:
+            acc = acc + _softmax(scores, None) @ v[:, :, c0:c1]
+            continue
+        new_top = np.maximum(top, scores.max(axis=-1, keepdims=True))
+        shift = np.where(np.isfinite(new_top), new_top, 0.0)
+        e = np.exp(scores - shift)
+        correction = np.exp(top - shift)
+        total = total * correction + e.sum(axis=-1, keepdims=True)
+        acc = (acc * correction if rescale_acc else acc) + e @ v[:, :, c0:c1]
+        top = new_top
+    if normalise_each:
+        return acc
+    return acc / np.where(total > 0, total, 1.0)
+
+
+def tiled_acc_not_rescaled(q, k, v, *, scale=None, causal=False, block_cols=16):
+    """Online softmax that rescales the running sum but not the running output when the max grows."""
+    return _tiled(q, k, v, scale, causal, block_cols, rescale_acc=False)
+
+
+def tiled_drops_last_partial_block(q, k, v, *, scale=None, causal=False, block_cols=16):
+    return _tiled(q, k, v, scale, causal, block_cols, drop_tail=True)
+
+
+def tiled_normalises_each_block(q, k, v, *, scale=None, causal=False, block_cols=16):
+    return _tiled(q, k, v, scale, causal, block_cols, normalise_each=True)
+
+
+for _fn in (tiled_acc_not_rescaled, tiled_drops_last_partial_block, tiled_normalises_each_block):
+    _fn.attention_capabilities = {"tile_keywords": ("block_cols",)}
+
+
+def _lse(q, k, scale):
+    heads = q.shape[1]
+    scores = (q @ _expand(k, heads).swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    top = scores.max(axis=-1, keepdims=True)
+    return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0], scores
+
+
+def lse_in_base_two(q, k, v, *, scale=None, return_lse=False):
+    out = _attention(q, k, v, scale)
+    return (out, _lse(q, k, scale)[0] / math.log(2)) if return_lse else out
+
+
+def lse_of_unscaled_scores(q, k, v, *, scale=None, return_lse=False):
+    out = _attention(q, k, v, scale)
+    return (out, _lse(q, k, 1.0)[0]) if return_lse else out
+
+
+for _fn in (lse_in_base_two, lse_of_unscaled_scores):
+    _fn.attention_capabilities = {"lse": True}
+
+
+def split_merge_without_max(q, k, v, *, scale=None):
+    """Two key splits merged with weights exp(lse_b) taken directly, without subtracting the largest."""
+    n_k = k.shape[2]
+    if n_k < 2:
+        return _attention(q, k, v, scale)
+    half = n_k // 2
+    parts = [(k[:, :, sl], v[:, :, sl]) for sl in (slice(0, half), slice(half, None))]
+    outs = [_attention(q, kk, vv, scale) for kk, vv in parts]
+    with np.errstate(over="ignore", invalid="ignore"):
+        weights = [np.exp(_lse(q, kk, scale)[0])[..., None] for kk, _ in parts]
+        return (weights[0] * outs[0] + weights[1] * outs[1]) / (weights[0] + weights[1])
+
+
+def paged_pages_read_in_pool_order(q, k, v, *, scale=None, causal=False, page_size=16):
+    """k and v scattered into shuffled pages (one table each), then read in pool order, ignoring the tables."""
+    n_k = k.shape[2]
+    pages = -(-n_k // page_size)
+    rng = np.random.default_rng(n_k)
+    order_k, order_v = rng.permutation(pages), rng.permutation(pages)
+
+    def gather(x, order):
+        padded = np.concatenate([x, np.zeros(x.shape[:2] + (pages * page_size - n_k, x.shape[3]))], axis=2)
+        pool = padded.reshape(x.shape[:2] + (pages, page_size, x.shape[3]))[:, :, order]
+        return pool.reshape(x.shape[:2] + (pages * page_size, x.shape[3]))[:, :, :n_k]
+
+    return _attention(q, gather(k, order_k), gather(v, order_v), scale, causal)
+
+
+paged_pages_read_in_pool_order.attention_capabilities = {"tile_keywords": ("page_size",)}
+
+
+def dropout_survivors_not_rescaled(q, k, v, *, scale=None, causal=False, mask=None, dropout_p=0.0):
+    """Dropout zeroes weights at rate p but leaves the survivors at p_ij instead of p_ij / (1 - p)."""
+    heads = q.shape[1]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    weights = _softmax(scores, _visible(q.shape[2], k.shape[2], causal, mask, scores.shape))
+    if dropout_p:
+        weights = weights * (np.random.random(weights.shape) >= dropout_p)
+    return weights @ v
