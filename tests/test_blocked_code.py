@@ -25,6 +25,8 @@ RECIPES = [
     dict(n_q=9, n_k=40, d=4, d_v=4, mask_layout="full", mask_density=0.3, empty_rows=True),
     dict(n_q=12, n_k=12, d=4, d_v=4, mask_layout="key_padding", batch=2),
     dict(n_q=6, n_k=30, d=3, d_v=3, score_style="large"),
+    dict(n_q=5, n_k=7, d=4, d_v=4, scale=0.3, causal=True),
+    dict(n_q=130, n_k=9, d=2, d_v=2, mask_layout="full", mask_density=0.1, empty_rows=True),
 ]
 
 
@@ -87,7 +89,7 @@ def test_visible_nan_reaches_its_rows(record):
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_bad_block_sizes_are_named(record, keyword, bad):
     problem = build(n_q=3, n_k=3, d=2, d_v=2)
-    with pytest.raises(AttentionInputError, match=keyword):
+    with pytest.raises(AttentionInputError, match=rf"(?<![A-Za-z_]){keyword}(?![A-Za-z_])"):
         record.fn(problem.q, problem.k, problem.v, **{keyword: bad})
 
 
@@ -100,3 +102,30 @@ def test_a_wrong_block_is_caught_by_the_check():
     wrong[..., :4, :] *= 1 + 1e-9
     with pytest.raises(PropertyViolation, match="beyond the tolerance"):
         trial.expect_close(wrong, oracle.out, allowance)
+
+
+@pytest.mark.parametrize("record, blocks", [(TILED, dict(block_rows=2, block_cols=2)), (SPLIT, dict(num_splits=2))])
+def test_rows_with_no_visible_key_give_zero_and_lse_minus_infinity(record, blocks):
+    problem = build(n_q=3, n_k=4, d=2, d_v=2, mask_layout="query_key", seed=4)
+    mask = np.ones((3, 4), dtype=bool)
+    mask[1] = False
+    out, lse = record.fn(problem.q, problem.k, problem.v, mask=mask, return_lse=True, **blocks)
+    assert np.array_equal(out[:, :, 1], np.zeros_like(out[:, :, 1])) and np.all(lse[:, :, 1] == -np.inf)
+    assert np.all(np.isfinite(lse[:, :, [0, 2]]))
+
+
+@pytest.mark.parametrize("record", [TILED, PAGED, SPLIT], ids=lambda i: i.name)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_outputs_keep_the_inputs_dtype(record, dtype):
+    if dtype == "float16" and record is TILED:
+        pytest.skip("numpy-tiled declares float64 and float32")
+    problem = build(n_q=3, n_k=5, d=2, d_v=2)
+    out = record.fn(*(x.astype(dtype) for x in (problem.q, problem.k, problem.v)))
+    assert out.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype, lse_dtype", [("float64", "float64"), ("float32", "float32"), ("float16", "float32")])
+def test_split_kv_returns_lse_in_float32_for_float16_as_flash_attention_does(dtype, lse_dtype):
+    problem = build(n_q=3, n_k=5, d=2, d_v=2)
+    _, lse = SPLIT.fn(*(x.astype(dtype) for x in (problem.q, problem.k, problem.v)), return_lse=True)
+    assert lse.dtype == lse_dtype

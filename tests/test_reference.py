@@ -9,8 +9,9 @@ import pytest
 
 from specs import examples
 from specs.problems import build
-from specs.reference import attention, merge_heads, multi_head_attention, split_heads
+from specs.reference import attention, attention_output, merge_heads, multi_head_attention, split_heads
 from specs.tolerance import dot_product_allowance, forward_allowance, lse_allowance
+from specs.validation import AttentionInputError
 
 
 def _within(got, oracle_result, allowance):
@@ -115,3 +116,43 @@ def test_multi_head_attention_is_heads_concatenated_then_projected():
 def test_split_merge_are_inverse():
     x = np.random.default_rng(7).standard_normal((2, 10, 512))
     assert np.array_equal(merge_heads(split_heads(x, 8)), x)
+
+
+def test_attention_output_forwards_every_keyword():
+    p = build(batch=2, n_q=4, n_k=6, d=3, d_v=2, mask_layout="full", seed=8)
+    for kwargs in (dict(scale=0.7), dict(causal=True), dict(mask=p.mask), dict(scale=2.0, causal=True)):
+        assert np.array_equal(attention_output(p.q, p.k, p.v, **kwargs), attention(p.q, p.k, p.v, **kwargs).out)
+    assert not np.array_equal(attention_output(p.q, p.k, p.v, scale=0.7), attention_output(p.q, p.k, p.v))
+
+
+def test_one_head_splits_and_bad_head_counts_are_named():
+    x = np.random.default_rng(9).standard_normal((1, 3, 6))
+    assert np.array_equal(split_heads(x, 1)[:, 0], x)
+    with pytest.raises(AttentionInputError, match=r"features=6 do not split into 4 heads"):
+        split_heads(x, 4)
+    with pytest.raises(AttentionInputError, match=r"split_heads expects \(batch, n, features\)"):
+        split_heads(x[0], 2)
+
+
+def test_multi_head_attention_with_grouped_kv_heads_and_core_keywords():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((1, 5, 8))
+    w_q, w_o = rng.standard_normal((8, 8)), rng.standard_normal((8, 8))
+    w_k, w_v = rng.standard_normal((8, 4)), rng.standard_normal((8, 4))  # 1 kv head of width 4 for 2 heads
+    got = multi_head_attention(x, x, w_q, w_k, w_v, w_o, heads=2, heads_kv=1, causal=True)
+    q, k, v = split_heads(x @ w_q, 2), split_heads(x @ w_k, 1), split_heads(x @ w_v, 1)
+    assert np.array_equal(got, merge_heads(attention(q, k, v, causal=True).out) @ w_o)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("x_q", lambda x, w: (x[0], x, w, w, w, w)),
+    ("x_kv", lambda x, w: (x, x[0], w, w, w, w)),
+    ("w_q", lambda x, w: (x, x, w[:3], w, w, w)),
+    ("w_k", lambda x, w: (x, x, w, w[:3], w, w)),
+    ("w_v", lambda x, w: (x, x, w, w, w[:3], w)),
+    ("w_o", lambda x, w: (x, x, w, w, w, w[:3])),
+])
+def test_multi_head_attention_names_the_bad_argument(name, args):
+    x, w = np.zeros((1, 2, 4)), np.eye(4)
+    with pytest.raises(AttentionInputError, match=rf"^{name} must"):
+        multi_head_attention(*args(x, w), heads=2)
