@@ -75,6 +75,40 @@ def test_changing_one_head_changes_no_other(impl, data):
 @checks("gqa-shares-kv-heads")
 @pytest.mark.requires("gqa")
 @given(data=st.data())
+def test_each_kv_head_is_read_by_exactly_its_group(impl, data):
+    """Query head h reads kv head h // group: adding a constant c to every value of kv head g moves the outputs
+    of its group's query heads by c times their weights' row sums (1; the implementation's own sums, read with
+    values all ones, so a normalisation bug is blamed on rows-sum-to-one, not here) and no other head's.
+
+    Tolerance c / 2 either way: a correct implementation's weight rows sum to 1 within far less than 1/2 (its
+    q and k are unchanged, so it computes the same weights twice), and the rounding of P (V + c) against
+    P V is of order n_k u (|V| + c) <= 130 * 2^-11 * 1.1 c < c / 10 even in float16."""
+    problem = data.draw(problems_for(impl), label="problem")
+    heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
+    assume(heads_kv >= 2)
+    g = data.draw(st.integers(0, heads_kv - 1), label="kv head changed")
+    shift = 10.0 * (float(np.abs(problem.v).max()) + 1.0)
+    v = problem.v.copy()
+    v[:, g] += shift
+    changed = problem.derive(f"v = p.v.copy(); v[:, {g}] += {shift!r}; p = p.replace(v=v)", v=v)
+    trial = Trial(impl, problem)
+    moved = trial.call(changed) - trial.call()
+    # the implementation's own row sums (its output on values all ones): a bug in them is another claim's
+    row_sums = trial.call(problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v)))
+    readers = np.arange(heads) // (heads // heads_kv) == g
+    expected = np.where(readers[None, :, None, None], shift * row_sums, 0.0)
+    wrong = np.abs(moved - expected) >= shift / 2
+    if wrong.any():
+        b, h, i, c = (int(x) for x in np.argwhere(wrong)[0])
+        trial.fail(f"adding {shift:.4g} to the values of kv head {g} moved query head {h}'s output by "
+                   f"{moved[b, h, i, c]:.4g}, expected {expected[b, h, i, c]:.4g} (head h reads kv head "
+                   f"h // {heads // heads_kv})", changed,
+                   details=(f"query heads reading kv head {g}: {np.flatnonzero(readers).tolist()}",))
+
+
+@checks("gqa-shares-kv-heads")
+@pytest.mark.requires("gqa")
+@given(data=st.data())
 def test_grouped_kv_heads_equal_repeated_kv_heads(impl, data):
     problem = data.draw(problems_for(impl), label="problem")
     group = problem.q.shape[1] // problem.k.shape[1]
