@@ -124,8 +124,11 @@ def test_outputs_keep_the_inputs_dtype(record, dtype):
     assert out.dtype == dtype
 
 
-@pytest.mark.parametrize("dtype, lse_dtype", [("float64", "float64"), ("float32", "float32"), ("float16", "float32")])
-def test_split_kv_returns_lse_in_float32_for_float16_as_flash_attention_does(dtype, lse_dtype):
+@pytest.mark.parametrize("record, dtype, lse_dtype", [
+    (SPLIT, "float64", "float64"), (SPLIT, "float32", "float32"), (SPLIT, "float16", "float32"),
+    (TILED, "float64", "float64"), (TILED, "float32", "float32"),
+], ids=lambda x: getattr(x, "name", x))
+def test_lse_is_float32_or_wider_as_flash_attention_returns_it(record, dtype, lse_dtype):
     problem = build(n_q=3, n_k=5, d=2, d_v=2)
-    _, lse = SPLIT.fn(*(x.astype(dtype) for x in (problem.q, problem.k, problem.v)), return_lse=True)
+    _, lse = record.fn(*(x.astype(dtype) for x in (problem.q, problem.k, problem.v)), return_lse=True)
     assert lse.dtype == lse_dtype
