@@ -156,3 +156,25 @@ def test_multi_head_attention_names_the_bad_argument(name, args):
     x, w = np.zeros((1, 2, 4)), np.eye(4)
     with pytest.raises(AttentionInputError, match=rf"^{name} must"):
         multi_head_attention(*args(x, w), heads=2)
+
+
+def test_causal_and_mask_together_hide_what_either_hides():
+    p = build(n_q=4, n_k=4, d=2, d_v=2, seed=11)
+    mask = np.array([[True, False, True, True]] * 4)
+    allowed = attention(p.q, p.k, p.v, causal=True, mask=mask).allowed[0, 0]
+    assert np.array_equal(allowed, np.tril(np.ones((4, 4), dtype=bool)) & mask)
+
+
+def test_non_finite_inputs_when_allowed_stay_where_no_query_sees_them():
+    """finite=False (what the numpy-reference record passes): NaN/Inf in padded keys and values never reach
+    the output, a NaN a query sees does; the default rejects them by name."""
+    p = build(batch=2, n_q=3, n_k=5, d=2, d_v=2, mask_layout="key_padding", seed=12)
+    mask = np.ones((2, 1, 1, 5), dtype=bool)
+    mask[0, ..., 3] = False
+    k, v = p.k.copy(), p.v.copy()
+    k[0, :, 3], v[0, :, 3] = np.nan, np.inf
+    clean = attention(p.q, p.k, p.v, mask=mask).out
+    np.testing.assert_array_equal(attention(p.q, k, v, mask=mask, finite=False).out[0], clean[0])
+    assert np.isnan(attention(p.q, k, v, finite=False).out[0]).all()
+    with pytest.raises(AttentionInputError, match="k contains a non-finite value"):
+        attention(p.q, k, v, mask=mask)
