@@ -51,16 +51,26 @@ def _scale(scale, d):
     return 1 / math.sqrt(d) if scale is None else scale
 
 
-def exp2_with_folded_scale(q, k, v, *, scale=None, causal=False, mask=None):
-    """2^(x log2 e) as FlashAttention's kernels compute exp: log2(e) folded into the scale."""
+def _in_inner_precision(q, k, v):
+    """q, k, v in the precision the computation runs in, one kv head per query head; and the storage dtype."""
     dtype = q.dtype
-    inner = _inner(dtype)
-    q, k, v = (x.astype(inner) for x in (q, k, v))
-    k, v = _keys_and_values(q, k, v)
-    scores = (q @ k.swapaxes(-1, -2)) * inner(_scale(scale, q.shape[-1]) * math.log2(math.e))
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask)
+    q, k, v = (x.astype(_inner(dtype)) for x in (q, k, v))
+    return (q, *_keys_and_values(q, k, v), dtype)
+
+
+def _masked_scores(q, k, scale, causal, mask, cols=slice(None), factor=1.0):
+    """q k^T times the scale (and `factor`) for key columns `cols`, -inf where hidden; and the visibility."""
+    scores = (q @ k[:, :, cols].swapaxes(-1, -2)) * q.dtype.type(_scale(scale, q.shape[-1]) * factor)
+    allowed = _visible(q.shape[2], k.shape[2], causal, mask, cols=cols)
     if allowed is not None:
         scores = np.where(allowed, scores, -np.inf)
+    return scores, allowed
+
+
+def exp2_with_folded_scale(q, k, v, *, scale=None, causal=False, mask=None):
+    """2^(x log2 e) as FlashAttention's kernels compute exp: log2(e) folded into the scale."""
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    scores, allowed = _masked_scores(q, k, scale, causal, mask, factor=math.log2(math.e))
     top = scores.max(axis=-1, keepdims=True)
     p = np.exp2(scores - np.where(np.isinf(top) & (top < 0), 0, top))
     total = p.sum(axis=-1, keepdims=True)
@@ -72,22 +82,15 @@ exp2_with_folded_scale.attention_capabilities = {"dtypes": ALL_DTYPES}
 
 def _online(q, k, v, scale, causal, mask, *, block, reverse):
     """Online softmax over key blocks of `block` keys, walked forwards or backwards, in float64/32."""
-    dtype = q.dtype
-    inner = _inner(dtype)
-    q, k, v = (x.astype(inner) for x in (q, k, v))
-    k, v = _keys_and_values(q, k, v)
-    n_q, n_k = q.shape[2], k.shape[2]
-    s = inner(_scale(scale, q.shape[-1]))
-    top = np.full(q.shape[:3] + (1,), -np.inf, dtype=inner)
-    total = np.zeros(q.shape[:3] + (1,), dtype=inner)
-    acc = np.zeros(q.shape[:3] + (v.shape[-1],), dtype=inner)
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    n_k = k.shape[2]
+    top = np.full(q.shape[:3] + (1,), -np.inf, dtype=q.dtype)
+    total = np.zeros(q.shape[:3] + (1,), dtype=q.dtype)
+    acc = np.zeros(q.shape[:3] + (v.shape[-1],), dtype=q.dtype)
     starts = list(range(0, n_k, block))
     for c0 in reversed(starts) if reverse else starts:
         cols = slice(c0, min(c0 + block, n_k))
-        scores = (q @ k[:, :, cols].swapaxes(-1, -2)) * s
-        allowed = _visible(n_q, n_k, causal, mask, cols=cols)
-        if allowed is not None:
-            scores = np.where(allowed, scores, -np.inf)
+        scores, allowed = _masked_scores(q, k, scale, causal, mask, cols)
         new_top = np.maximum(top, scores.max(axis=-1, keepdims=True))
         shift = np.where(np.isinf(new_top) & (new_top < 0), 0, new_top)
         p = np.exp(scores - shift)
@@ -114,18 +117,11 @@ for _fn in (keys_streamed_in_reverse, one_key_per_block):
 
 def split_kv_merged_by_lse(q, k, v, *, scale=None, causal=False, mask=None, return_lse=False):
     """Three key splits attended separately and merged through their log-sum-exps (flash-decoding)."""
-    dtype = q.dtype
-    inner = _inner(dtype)
-    q, k, v = (x.astype(inner) for x in (q, k, v))
-    k, v = _keys_and_values(q, k, v)
-    n_q, n_k = q.shape[2], k.shape[2]
-    s = inner(_scale(scale, q.shape[-1]))
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    n_k = k.shape[2]
     outs, lses = [], []
     for cols in np.array_split(np.arange(n_k), min(3, n_k)):
-        scores = (q @ k[:, :, cols].swapaxes(-1, -2)) * s
-        allowed = _visible(n_q, n_k, causal, mask, cols=cols)
-        if allowed is not None:
-            scores = np.where(allowed, scores, -np.inf)
+        scores, allowed = _masked_scores(q, k, scale, causal, mask, cols)
         top = scores.max(axis=-1, keepdims=True)
         empty = np.isinf(top) & (top < 0)
         p = np.exp(scores - np.where(empty, 0, top))
@@ -190,14 +186,8 @@ torch_tensor_output.attention_capabilities = {"dtypes": ALL_DTYPES}
 
 def log_domain_weights(q, k, v, *, scale=None, causal=False, mask=None):
     """Weights as exp(S - logsumexp(S)) straight from the log domain, no division."""
-    dtype = q.dtype
-    inner = _inner(dtype)
-    q, k, v = (x.astype(inner) for x in (q, k, v))
-    k, v = _keys_and_values(q, k, v)
-    scores = (q @ k.swapaxes(-1, -2)) * inner(_scale(scale, q.shape[-1]))
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask)
-    if allowed is not None:
-        scores = np.where(allowed, scores, -np.inf)
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    scores, allowed = _masked_scores(q, k, scale, causal, mask)
     top = scores.max(axis=-1, keepdims=True)
     empty = np.isinf(top) & (top < 0)
     shift = np.where(empty, 0, top)

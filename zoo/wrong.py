@@ -38,13 +38,18 @@ def _softmax(scores, allowed):
     return e / np.where(total > 0, total, 1.0)
 
 
-def _attention(q, k, v, scale=None, causal=False, mask=None, *, offset=0, kv_head_of=None, scale_of=None):
-    """The correct formula (top-left causal unless `offset`), with the hooks the mistakes below change."""
+def _scored(q, k, v, scale=None, causal=False, mask=None, *, offset=0, kv_head_of=None, scale_of=None):
+    """Scaled scores (nothing hidden yet), the visibility, and the values expanded to the query heads."""
     heads, n_q, d = q.shape[1], q.shape[2], q.shape[3]
     k, v = _expand(k, heads, kv_head_of), _expand(v, heads, kv_head_of)
     s = scale if scale is not None else (scale_of(q, v) if scale_of else 1 / math.sqrt(d))
     scores = (q @ k.swapaxes(-1, -2)) * s
-    allowed = _visible(n_q, k.shape[2], causal, mask, scores.shape, offset)
+    return scores, _visible(n_q, k.shape[2], causal, mask, scores.shape, offset), v
+
+
+def _attention(q, k, v, scale=None, causal=False, mask=None, **hooks):
+    """The correct formula (top-left causal unless `offset`), with the hooks the mistakes below change."""
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask, **hooks)
     weights = _softmax(scores, allowed)
     if allowed is not None:
         v = np.where(allowed.any(axis=-2)[..., None], v, 0.0)
@@ -80,11 +85,7 @@ def wide_head_path_wrong_scale(q, k, v, *, scale=None, causal=False, mask=None):
 
 # -- softmax ---------------------------------------------------------------------------------------------
 def no_max_subtraction(q, k, v, *, scale=None, causal=False, mask=None):
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
-    scores = (q @ k.swapaxes(-1, -2)) * s
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(scores) if allowed is None else np.where(allowed, np.exp(scores), 0.0)
         total = e.sum(axis=-1, keepdims=True)
@@ -125,9 +126,7 @@ float16_serial_accumulation.attention_capabilities = {"dtypes": ("float16",)}
 
 
 def softmax_over_query_axis(q, k, v, *, scale=None, causal=False, mask=None):
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    scores, _, v = _scored(q, k, v, scale)
     return _softmax(scores.swapaxes(-1, -2), None).swapaxes(-1, -2) @ v
 
 
@@ -151,10 +150,7 @@ def mask_inverted(q, k, v, *, scale=None, causal=False, mask=None):
 
 def mask_minus_ten_thousand(q, k, v, *, scale=None, causal=False, mask=None):
     """Hidden keys get score - 10000 added instead of being removed."""
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     if allowed is not None:
         scores = scores + np.where(allowed, 0.0, -1e4)
     return _softmax(scores, None) @ v
@@ -166,10 +162,7 @@ def mask_keys_reversed(q, k, v, *, scale=None, causal=False, mask=None):
 
 
 def fully_masked_rows_nan(q, k, v, *, scale=None, causal=False, mask=None):
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     if allowed is not None:
         scores = np.where(allowed, scores, -np.inf)
     with np.errstate(invalid="ignore"):
@@ -179,10 +172,7 @@ def fully_masked_rows_nan(q, k, v, *, scale=None, causal=False, mask=None):
 
 def fully_masked_rows_mean(q, k, v, *, scale=None, causal=False, mask=None):
     """Hidden scores set to the same large negative number, so a row with no visible key averages all."""
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     if allowed is not None:
         scores = np.where(allowed, scores, np.finfo(scores.dtype).min)
     return _softmax(scores, None) @ v
@@ -190,10 +180,7 @@ def fully_masked_rows_mean(q, k, v, *, scale=None, causal=False, mask=None):
 
 def mask_added_as_minus_inf(q, k, v, *, scale=None, causal=False, mask=None):
     """The mask added to the scores as 0 / -inf: a NaN score stays NaN (NaN + -inf)."""
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    allowed = _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     if allowed is not None:
         scores = scores + np.where(allowed, 0.0, -np.inf)
     return _softmax(scores, None) @ np.where(np.isfinite(v), v, 0.0)
@@ -201,10 +188,8 @@ def mask_added_as_minus_inf(q, k, v, *, scale=None, causal=False, mask=None):
 
 def hidden_values_multiplied(q, k, v, *, scale=None, causal=False, mask=None):
     """Hidden keys get weight 0, but P V still multiplies their values: 0 * NaN = NaN."""
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    return _softmax(scores, _visible(q.shape[2], k.shape[2], causal, mask, scores.shape)) @ v
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
+    return _softmax(scores, allowed) @ v
 
 
 def nan_scores_zeroed(q, k, v, *, scale=None, causal=False, mask=None):
@@ -312,20 +297,19 @@ for _fn in (tiled_acc_not_rescaled, tiled_drops_last_partial_block, tiled_normal
 
 
 def _lse(q, k, scale):
-    heads = q.shape[1]
-    scores = (q @ _expand(k, heads).swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    scores, _, _ = _scored(q, k, k, scale)
     top = scores.max(axis=-1, keepdims=True)
-    return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0], scores
+    return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
 
 
 def lse_in_base_two(q, k, v, *, scale=None, return_lse=False):
     out = _attention(q, k, v, scale)
-    return (out, _lse(q, k, scale)[0] / math.log(2)) if return_lse else out
+    return (out, _lse(q, k, scale) / math.log(2)) if return_lse else out
 
 
 def lse_of_unscaled_scores(q, k, v, *, scale=None, return_lse=False):
     out = _attention(q, k, v, scale)
-    return (out, _lse(q, k, 1.0)[0]) if return_lse else out
+    return (out, _lse(q, k, 1.0)) if return_lse else out
 
 
 for _fn in (lse_in_base_two, lse_of_unscaled_scores):
@@ -341,7 +325,7 @@ def split_merge_without_max(q, k, v, *, scale=None):
     parts = [(k[:, :, sl], v[:, :, sl]) for sl in (slice(0, half), slice(half, None))]
     outs = [_attention(q, kk, vv, scale) for kk, vv in parts]
     with np.errstate(over="ignore", invalid="ignore"):
-        weights = [np.exp(_lse(q, kk, scale)[0])[..., None] for kk, _ in parts]
+        weights = [np.exp(_lse(q, kk, scale))[..., None] for kk, _ in parts]
         return (weights[0] * outs[0] + weights[1] * outs[1]) / (weights[0] + weights[1])
 
 
@@ -365,10 +349,8 @@ paged_pages_read_in_pool_order.attention_capabilities = {"tile_keywords": ("page
 
 def dropout_survivors_not_rescaled(q, k, v, *, scale=None, causal=False, mask=None, dropout_p=0.0):
     """Dropout zeroes weights at rate p but leaves the survivors at p_ij instead of p_ij / (1 - p)."""
-    heads = q.shape[1]
-    k, v = _expand(k, heads), _expand(v, heads)
-    scores = (q @ k.swapaxes(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
-    weights = _softmax(scores, _visible(q.shape[2], k.shape[2], causal, mask, scores.shape))
+    scores, allowed, v = _scored(q, k, v, scale, causal, mask)
+    weights = _softmax(scores, allowed)
     if dropout_p:
         weights = weights * (np.random.random(weights.shape) >= dropout_p)
     return weights @ v
