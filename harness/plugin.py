@@ -70,8 +70,13 @@ def _split(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
+def _named_targets(config: pytest.Config) -> list[str]:
+    """Implementations named with --impl or ATTN_IMPLS (none: every built-in available here)."""
+    return config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS"))
+
+
 def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
-    targets = config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS"))
+    targets = _named_targets(config)
     if targets:
         impls, unavailable = [], []
         for target in targets:
@@ -145,8 +150,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
-    named = bool(config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS")))
-    if not long_regimes_wanted(config.getoption("long_regimes"), named):
+    if not long_regimes_wanted(config.getoption("long_regimes"), bool(_named_targets(config))):
         for item in items:
             if item.get_closest_marker(LONG_MARKER):
                 item.add_marker(pytest.mark.skip(reason=LONG_SKIP_REASON))

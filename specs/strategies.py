@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
@@ -67,32 +68,47 @@ FIXED_SHAPES = (
 )
 
 
-def _fits(shape: tuple[int, ...], *, min_n: int, max_n: int, max_d: int, gqa: bool, cross: bool,
-          value_dim: bool, different_lengths: bool, same_lengths: bool, weights_visible: bool) -> bool:
-    _, _, group, n_q, n_k, d, d_v = shape
-    return (min_n <= min(n_q, n_k) and max(n_q, n_k) <= max_n and max(d, d_v) <= max_d
-            and (gqa or group == 1) and (cross or n_q == n_k) and (value_dim or d == d_v)
-            and (not different_lengths or n_q != n_k) and (not same_lengths or n_q == n_k)
-            and (not weights_visible or value_dim or d >= n_k))
+@dataclass(frozen=True)
+class ShapeRules:
+    """What a drawn shape must satisfy: lengths, head dims, and the capabilities the caller asked for."""
+
+    min_n: int
+    max_n: int
+    near: tuple[int, ...]
+    max_d: int
+    gqa: bool
+    cross: bool
+    value_dim: bool
+    different_lengths: bool
+    same_lengths: bool
+    weights_visible: bool
+
+    def admit(self, shape: tuple[int, ...]) -> bool:
+        """Whether a (batch, heads_kv, group, n_q, n_k, d, d_v) shape obeys the rules."""
+        _, _, group, n_q, n_k, d, d_v = shape
+        return (self.min_n <= min(n_q, n_k) and max(n_q, n_k) <= self.max_n and max(d, d_v) <= self.max_d
+                and (self.gqa or group == 1) and (self.cross or n_q == n_k) and (self.value_dim or d == d_v)
+                and (not self.different_lengths or n_q != n_k) and (not self.same_lengths or n_q == n_k)
+                and (not self.weights_visible or self.value_dim or d >= n_k))
 
 
 @st.composite
-def _free_shape(draw, *, min_n: int, max_n: int, near: tuple[int, ...], max_d: int, gqa: bool, cross: bool,
-                value_dim: bool, different_lengths: bool, same_lengths: bool, weights_visible: bool):
-    """Any shape: lengths around tile boundaries, head dims that are not powers of two, GQA groups."""
-    n_q = draw(lengths(max_n, min_n=min_n, near=near))
-    if different_lengths:
-        n_k = draw(lengths(max_n, min_n=min_n, near=near).filter(lambda n: n != n_q))
-    elif cross and not same_lengths and draw(st.booleans()):
-        n_k = draw(lengths(max_n, min_n=min_n, near=near))
+def _free_shape(draw, rules: ShapeRules):
+    """Any shape the rules admit: lengths around tile boundaries, head dims that are not powers of two, GQA."""
+    drawn_length = lengths(rules.max_n, min_n=rules.min_n, near=rules.near)
+    n_q = draw(drawn_length)
+    if rules.different_lengths:
+        n_k = draw(drawn_length.filter(lambda n: n != n_q))
+    elif rules.cross and not rules.same_lengths and draw(st.booleans()):
+        n_k = draw(drawn_length)
     else:
         n_k = n_q
-    d = draw(head_dims(max_d))
-    if weights_visible and not value_dim:
+    d = draw(head_dims(rules.max_d))
+    if rules.weights_visible and not rules.value_dim:
         d = max(d, n_k)
-    d_v = draw(head_dims(max_d)) if value_dim and draw(st.booleans()) else d
+    d_v = draw(head_dims(rules.max_d)) if rules.value_dim and draw(st.booleans()) else d
     heads_kv = draw(st.integers(1, 3))
-    group = draw(st.sampled_from([1, 2, 3])) if gqa else 1
+    group = draw(st.sampled_from([1, 2, 3])) if rules.gqa else 1
     batch = draw(st.integers(1, 2))
     return batch, heads_kv, group, n_q, n_k, d, d_v
 
@@ -135,16 +151,13 @@ def problems(
     if caps is not None and caps.max_seq:
         max_n = max(min_n, min(max_n, caps.max_seq))
 
-    menu = [shape for shape in FIXED_SHAPES
-            if _fits(shape, min_n=min_n, max_n=max_n, max_d=max_d, gqa=gqa, cross=cross, value_dim=value_dim,
-                     different_lengths=different_lengths, same_lengths=same_lengths,
-                     weights_visible=weights_visible)]
+    rules = ShapeRules(min_n, max_n, near, max_d, gqa, cross, value_dim, different_lengths, same_lengths,
+                       weights_visible)
+    menu = [shape for shape in FIXED_SHAPES if rules.admit(shape)]
     if caps is not None and caps.compiles_per_shape and menu:
         batch, heads_kv, group, n_q, n_k, d, d_v = draw(st.sampled_from(menu))
     else:
-        batch, heads_kv, group, n_q, n_k, d, d_v = draw(_free_shape(
-            min_n=min_n, max_n=max_n, near=near, max_d=max_d, gqa=gqa, cross=cross, value_dim=value_dim,
-            different_lengths=different_lengths, same_lengths=same_lengths, weights_visible=weights_visible))
+        batch, heads_kv, group, n_q, n_k, d, d_v = draw(_free_shape(rules))
     if causal and bottom_right and not empty_rows and n_q > n_k:
         n_q, n_k = n_k, n_q  # bottom-right alignment hides every key from the first n_q - n_k rows
     recipe = dict(
