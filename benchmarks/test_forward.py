@@ -23,12 +23,12 @@ def _label(size: dict) -> str:
 
 
 @pytest.mark.parametrize("size", SIZES, ids=_label)
-def test_forward(benchmark, impl, size):
-    caps = impl.impl.capabilities
+def test_forward(benchmark, variant, size):
+    caps = variant.capabilities
     if size["heads"] != size["heads_kv"] and not caps.gqa:
         pytest.skip(caps.lacking("gqa"))
     problem = build(**size, seed=0)
-    q, k, v = (x.astype(impl.dtype) for x in (problem.q, problem.k, problem.v))
-    benchmark.group = f"{_label(size)} {impl.dtype}"
-    benchmark.extra_info["implementation"] = impl.name
-    benchmark(impl.impl.fn, q, k, v)
+    q, k, v = (x.astype(variant.dtype) for x in (problem.q, problem.k, problem.v))
+    benchmark.group = f"{_label(size)} {variant.dtype}"
+    benchmark.extra_info["implementation"] = variant.name
+    benchmark(variant.impl.fn, q, k, v)

@@ -14,12 +14,12 @@ from impls.registry import Variant
 from specs.strategies import block_sizes, tile_limit
 
 
-def check_any_block_sizes(impl: Variant, data: st.DataObject, keywords: tuple[str, ...]) -> None:
+def check_any_block_sizes(variant: Variant, data: st.DataObject, keywords: tuple[str, ...]) -> None:
     """Draw a size for each keyword (1, sizes dividing nothing, larger than n) and a problem reaching past them."""
     blocks = {keyword: data.draw(block_sizes(), label=keyword) for keyword in keywords}
-    caps = impl.impl.capabilities
+    caps = variant.capabilities
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
-    problem = data.draw(problems_for(impl, causal=causal, masked=masked, max_n=tile_limit(blocks.values()),
+    problem = data.draw(problems_for(variant, causal=causal, masked=masked, max_n=tile_limit(blocks.values()),
                                      near=tuple(blocks.values())), label="problem")
-    check_against_oracle(impl, problem, **blocks)
+    check_against_oracle(variant, problem, **blocks)

@@ -27,7 +27,7 @@ class ObservedWeights:
 
 def one_hot_problem(trial: Trial, problem: Problem) -> Problem:
     n_k = problem.n_k
-    d_v = n_k if trial.variant.impl.capabilities.value_dim else problem.q.shape[-1]
+    d_v = n_k if trial.variant.capabilities.value_dim else problem.q.shape[-1]
     values = one_hot_values(problem.k.shape, d_v)
     return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))", v=values)
 

@@ -2,7 +2,7 @@
 
 - Selection: `--impl module:function` / `--impl file.py:function` (repeatable) or
   ATTN_IMPLS; otherwise every built-in available here, optionally narrowed by
-  `--backend` / ATTN_BACKENDS. Properties taking an `impl` argument are
+  `--backend` / ATTN_BACKENDS. Properties taking a `variant` argument are
   parametrized over (implementation, dtype) variants.
 - Verdicts: each test's outcome is attributed to its claims (the `claims`
   marker) and subject (the variant, or the marker's subject); a failure that
@@ -108,14 +108,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "impl" in metafunc.fixturenames:
+    if "variant" in metafunc.fixturenames:
         chosen = metafunc.config.stash[STATE].variants
-        metafunc.parametrize("impl", chosen, ids=[v.name for v in chosen])
+        metafunc.parametrize("variant", chosen, ids=[v.name for v in chosen])
 
 
 def _takes_impl(item: pytest.Item) -> bool:
     params = getattr(item, "callspec", None)
-    return params is not None and "impl" in params.params
+    return params is not None and "variant" in params.params
 
 
 def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | str] | None:
@@ -124,7 +124,7 @@ def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | s
         return None
     if not _takes_impl(item):
         return marker.args, marker.kwargs.get("subject", ORACLE)
-    variant = item.callspec.params["impl"]
+    variant = item.callspec.params["variant"]
     # with no implementation selected pytest parametrizes with a placeholder and skips the test
     return (marker.args, variant) if isinstance(variant, Variant) else None
 
@@ -166,7 +166,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("requires")
     found = _claims_and_subject(item)
     if marker and found and isinstance(found[1], Variant):
-        reason = found[1].impl.capabilities.lacking(*marker.args)
+        reason = found[1].capabilities.lacking(*marker.args)
         if reason:
             pytest.skip(reason)
 

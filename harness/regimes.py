@@ -24,9 +24,9 @@ def cases(regimes: Iterable[Regime]) -> list:
             for r in regimes]
 
 
-def skip_unless_fits(impl: Variant, regime: Regime) -> Problem:
+def skip_unless_fits(variant: Variant, regime: Regime) -> Problem:
     """The regime's problem, or a skip naming what the implementation lacks."""
-    caps = impl.impl.capabilities
+    caps = variant.capabilities
     reason = caps.lacking(*regime.needs)
     if reason:
         pytest.skip(reason)

@@ -136,7 +136,7 @@ class Trial:
 
     def oracle_kwargs(self, problem: Problem | None = None) -> dict:
         problem = problem or self.problem
-        return dict(problem.kwargs(), causal_alignment=self.variant.impl.capabilities.causal_alignment)
+        return dict(problem.kwargs(), causal_alignment=self.variant.capabilities.causal_alignment)
 
     # -- calls --------------------------------------------------------------
     def call_raw(self, problem: Problem | None = None, **extra) -> object:
@@ -321,7 +321,7 @@ class Trial:
 
 def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:
     """Problems this variant can be asked to solve (its capabilities and dtype)."""
-    return problems(caps=variant.impl.capabilities, dtype=variant.dtype, **options)
+    return problems(caps=variant.capabilities, dtype=variant.dtype, **options)
 
 
 def check_against_oracle(variant: Variant, problem: Problem, **extra) -> None:

@@ -127,6 +127,10 @@ class Variant:
     def name(self) -> str:
         return f"{self.impl.name}[{self.dtype}]"
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.impl.capabilities
+
 
 def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, object] | None = None,
                    probe: Callable[[], str | None] | None = None, **capabilities):

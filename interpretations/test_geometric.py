@@ -197,10 +197,10 @@ def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
 
 @checks("unit-dot-product-is-cosine")
 @given(data=st.data())
-def test_unit_tokens_are_scored_by_cosine(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False,
+def test_unit_tokens_are_scored_by_cosine(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False,
                                      score_styles=("normal", "spiky")), label="problem")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     expect_cosine_weights(trial, observe_weights(trial, self_attention(problem, unit=True)))
 
 
@@ -233,10 +233,10 @@ def expect_symmetric_scores(trial: Trial, observed: ObservedWeights) -> None:
 
 @checks("self-attention-scores-symmetric")
 @given(data=st.data())
-def test_self_attention_scores_are_symmetric(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False,
+def test_self_attention_scores_are_symmetric(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False,
                                      score_styles=MODERATE + ("integers",)), label="problem")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     expect_symmetric_scores(trial, observe_weights(trial, self_attention(problem)))
 
 
@@ -277,10 +277,10 @@ def expect_weights_rank_by_distance(trial: Trial, observed: ObservedWeights) -> 
 
 @checks("dot-product-as-distance")
 @given(data=st.data())
-def test_unit_vectors_weighted_by_nearness(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False,
+def test_unit_vectors_weighted_by_nearness(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False,
                                      score_styles=("normal", "spiky")), label="problem")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     expect_weights_rank_by_distance(trial, observe_weights(trial, unit_queries_and_keys(problem)))
 
 
@@ -303,8 +303,8 @@ def expect_dot_product_ranks_like_distance(trial: Trial, observed: ObservedWeigh
 
 @checks("dot-product-as-distance-literal")
 @given(data=st.data())
-def test_dot_product_ranks_like_distance(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True, min_n=2, scale=False, score_styles=("normal",)),
+def test_dot_product_ranks_like_distance(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False, score_styles=("normal",)),
                         label="problem")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     expect_dot_product_ranks_like_distance(trial, observe_weights(trial, keys_of_many_lengths(problem)))

@@ -22,13 +22,13 @@ SEED = 50_000
 
 
 @checks("attention-is-expectation")
-def test_output_is_expectation_of_values_under_weights(impl):
+def test_output_is_expectation_of_values_under_weights(variant):
     """Sample j ~ P_i (the oracle's weights) DRAWS times per row: the sample mean of v_j must be within
     Hoeffding's radius (value range, ALPHA split over every row and coordinate) of the implementation's
     out_i, plus its numerical allowance. The same test must reject the uniform mean of V (power)."""
-    d_v = 3 if impl.impl.capabilities.value_dim else 8
+    d_v = 3 if variant.capabilities.value_dim else 8
     problem = build(batch=1, heads=2, heads_kv=2, n_q=12, n_k=12, d=8, d_v=d_v, seed=SEED).scale_queries(2.0)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     oracle, allowance = trial.oracle()
     out = trial.call()
     _, _, v = trial.exact_inputs()
@@ -49,11 +49,11 @@ def test_output_is_expectation_of_values_under_weights(impl):
 
 @checks("attention-optimal-linear-approximation")
 @given(data=st.data())
-def test_output_minimises_weighted_squared_distance(impl, data):
+def test_output_minimises_weighted_squared_distance(variant, data):
     """The minimiser of sum_j W_ij |x - v_j|^2 solves (sum_j W_ij) x = (W V)_i: compare both sides,
     with W the weights the implementation applied (read off one-hot values)."""
-    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
-    trial = Trial(impl, problem)
+    problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    trial = Trial(variant, problem)
     observed = observe_weights(trial)
     _, out_allowance = trial.oracle()
     out = trial.call()

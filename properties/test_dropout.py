@@ -28,15 +28,15 @@ def _seed_generators(seed: int) -> None:
 
 @checks("dropout-on-weights")
 @pytest.mark.requires("dropout")
-def test_dropout_zeroes_weights_at_rate_p_and_rescales_survivors(impl):
+def test_dropout_zeroes_weights_at_rate_p_and_rescales_survivors(variant):
     problem = build(batch=4, heads=2, heads_kv=2, n_q=48, n_k=48, d=8, d_v=8, seed=SEED)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     _seed_generators(SEED)
     observed = observe_weights(trial, dropout_p=DROPOUT_P)
     exact = observed.oracle.weights
     kept = observed.weights != 0
     # survivors: p_ij / (1 - p), up to the weights' allowance and one rounding of the rescaling
-    survivors_bound = (observed.allowance.bound + unit_roundoff(impl.dtype) * exact) / (1 - DROPOUT_P)
+    survivors_bound = (observed.allowance.bound + unit_roundoff(variant.dtype) * exact) / (1 - DROPOUT_P)
     trial.expect_close(np.where(kept, observed.weights, 0.0), np.where(kept, exact / (1 - DROPOUT_P), 0.0),
                        Allowance(survivors_bound, "weights' allowance / (1 - p) + 1 ulp of the rescaling"),
                        what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,

@@ -30,40 +30,40 @@ seeds = st.integers(0, 2**32 - 1)
 
 @checks("sdpa-formula")
 @given(data=st.data())
-def test_output_matches_oracle(impl, data):
-    check_against_oracle(impl, data.draw(problems_for(impl), label="problem"))
+def test_output_matches_oracle(variant, data):
+    check_against_oracle(variant, data.draw(problems_for(variant), label="problem"))
 
 
 @checks("fused-equals-unfused")
 @pytest.mark.requires("fused")
 @given(data=st.data())
-def test_fused_kernel_matches_unfused_sequence(impl, data):
+def test_fused_kernel_matches_unfused_sequence(variant, data):
     """The tolerance rule measures against the unfused sequence run in the same precision."""
-    masked = data.draw(st.booleans(), label="masked") and impl.impl.capabilities.mask
-    check_against_oracle(impl, data.draw(problems_for(impl, masked=masked), label="problem"))
+    masked = data.draw(st.booleans(), label="masked") and variant.capabilities.mask
+    check_against_oracle(variant, data.draw(problems_for(variant, masked=masked), label="problem"))
 
 
 @checks("cross-and-self-same-computation")
 @pytest.mark.requires("cross")
 @given(data=st.data())
-def test_cross_attention_matches_oracle(impl, data):
-    check_against_oracle(impl, data.draw(problems_for(impl, different_lengths=True), label="problem"))
+def test_cross_attention_matches_oracle(variant, data):
+    check_against_oracle(variant, data.draw(problems_for(variant, different_lengths=True), label="problem"))
 
 
 @checks("cross-and-self-same-computation")
 @given(data=st.data())
-def test_self_attention_on_one_sequence(impl, data):
+def test_self_attention_on_one_sequence(variant, data):
     """Q = K = V = X: self-attention is the same call with one sequence in all three places."""
-    problem = data.draw(problems_for(impl), label="problem")
-    check_against_oracle(impl, problem.derive("p = p.replace(k=p.q, v=p.q)", k=problem.q, v=problem.q))
+    problem = data.draw(problems_for(variant), label="problem")
+    check_against_oracle(variant, problem.derive("p = p.replace(k=p.q, v=p.q)", k=problem.q, v=problem.q))
 
 
 @checks("output-shape-follows-query")
 @given(data=st.data())
-def test_output_has_one_row_per_query(impl, data):
+def test_output_has_one_row_per_query(variant, data):
     """Shape (batch, heads, n_q, d_v): the query's own shape whenever the strategy draws d_v = d."""
-    problem = data.draw(problems_for(impl), label="problem")
-    trial = Trial(impl, problem)
+    problem = data.draw(problems_for(variant), label="problem")
+    trial = Trial(variant, problem)
     b, h, n_q, _ = problem.q.shape
     trial.check_output(trial.call_raw(), problem, call=None, expect_shape=(b, h, n_q, problem.v.shape[-1]))
 
@@ -72,7 +72,7 @@ def expect_weight_rows_sum_to_one(trial: Trial) -> None:
     """Read through one-hot values where they fit (the output is then the n_q x n_k weight matrix), otherwise
     through values all ones (softmax(S) 1 = 1)."""
     problem = trial.problem
-    if trial.variant.impl.capabilities.value_dim or problem.q.shape[-1] >= problem.n_k:
+    if trial.variant.capabilities.value_dim or problem.q.shape[-1] >= problem.n_k:
         observed = observe_weights(trial)
         sums = observed.weights.sum(axis=-1, keepdims=True)
         trial.expect_close(sums, np.ones_like(sums), row_sum_allowance(observed.allowance, observed.weights),
@@ -86,33 +86,33 @@ def expect_weight_rows_sum_to_one(trial: Trial) -> None:
                        versus="1", problem=ones)
 
 
-def expect_worked_example(impl, problem: Problem) -> None:
+def expect_worked_example(variant, problem: Problem) -> None:
     """The example's output, one row per query and d_v columns, equals the oracle; its weight rows sum to 1.
     (tests/test_weak_checks.py checks that the example has the sizes the seed states.)"""
-    check_against_oracle(impl, problem)
-    expect_weight_rows_sum_to_one(Trial(impl, problem))
+    check_against_oracle(variant, problem)
+    expect_weight_rows_sum_to_one(Trial(variant, problem))
 
 
 @checks("worked-example-shapes")
 @given(seed=seeds)
-def test_seed000_worked_example(impl, seed):
+def test_seed000_worked_example(variant, seed):
     """5 tokens, Q, K, V 5x4: a 5x4 output equal to the oracle, and 5x5 weights whose rows sum to 1."""
-    expect_worked_example(impl, examples.worked_example_000(seed))
+    expect_worked_example(variant, examples.worked_example_000(seed))
 
 
 @checks("worked-example-cross-shapes")
 @pytest.mark.requires("cross")
 @given(seed=seeds)
-def test_seed001_three_queries_four_keys(impl, seed):
+def test_seed001_three_queries_four_keys(variant, seed):
     """3 queries, 4 keys and values of dimension 2: a 3x2 output, and 3x4 weights whose rows sum to 1."""
-    expect_worked_example(impl, examples.worked_example_001(seed))
+    expect_worked_example(variant, examples.worked_example_001(seed))
 
 
 @checks("woaini-self-attention-matrix")
 @given(seed=seeds)
-def test_seed003_woaini_three_by_three(impl, seed):
+def test_seed003_woaini_three_by_three(variant, seed):
     """我, 爱, 你 against themselves: a 3x3 weight matrix whose rows sum to 1, and 3 output rows equal to the oracle."""
-    expect_worked_example(impl, examples.woaini(seed))
+    expect_worked_example(variant, examples.woaini(seed))
 
 
 def expect_own_key_ignored(trial: Trial, observed: ObservedWeights) -> None:
@@ -128,8 +128,8 @@ def expect_own_key_ignored(trial: Trial, observed: ObservedWeights) -> None:
 
 @checks("query-compared-only-with-other-tokens")
 @given(seed=seeds)
-def test_first_token_is_compared_only_with_the_other_tokens(impl, seed):
-    trial = Trial(impl, examples.four_tokens(seed))
+def test_first_token_is_compared_only_with_the_other_tokens(variant, seed):
+    trial = Trial(variant, examples.four_tokens(seed))
     expect_own_key_ignored(trial, observe_weights(trial))
 
 
@@ -172,11 +172,11 @@ def expect_rejected(trial: Trial, problem: Problem) -> None:
 
 @checks("one-key-per-value")
 @given(data=st.data())
-def test_values_of_another_length_are_rejected(impl, data):
+def test_values_of_another_length_are_rejected(variant, data):
     """On the drawn problem, and on a fixed witness whose 64 keys fill whole blocks of any power-of-two
     size up to 64: an implementation that reads v block by block never reaches a 65th value."""
-    problem = data.draw(problems_for(impl), label="problem")
-    trial = Trial(impl, problem)
+    problem = data.draw(problems_for(variant), label="problem")
+    trial = Trial(variant, problem)
     for mismatched in mismatched_values(problem) + mismatched_values(build(n_q=64, n_k=64, d=8, d_v=8)):
         expect_rejected(trial, mismatched)
 
@@ -192,13 +192,13 @@ def test_oracle_names_values_of_another_length(n_k, seed):
 @checks("siwuxiang-query-result")
 @pytest.mark.requires("cross")
 @given(seed=seeds)
-def test_siwuxiang_query_result(impl, seed):
+def test_siwuxiang_query_result(variant, seed):
     """Weights 1/3, 1/6, 1/4, 1/4, 0 give 1/3 deer + 1/6 cow + 1/4 sheep + 1/4 donkey + 0 frog."""
-    d_v = 3 if impl.impl.capabilities.value_dim else 2
+    d_v = 3 if variant.capabilities.value_dim else 2
     problem = examples.siwuxiang(seed, d_v)
-    check_against_oracle(impl, problem)
-    if impl.impl.capabilities.value_dim:
-        trial = Trial(impl, problem)
+    check_against_oracle(variant, problem)
+    if variant.capabilities.value_dim:
+        trial = Trial(variant, problem)
         frog = observe_weights(trial).weights[..., -1]
         if np.any(frog != 0):
             trial.fail(f"the frog's weight is {frog.ravel()[0]!r}, not 0, although its score is "

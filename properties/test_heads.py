@@ -48,11 +48,11 @@ def multi_head_merge(x, b):
 
 @checks("multi-head-independent-subspaces")
 @given(data=st.data())
-def test_changing_one_head_changes_no_other(impl, data):
-    problem = data.draw(problems_for(impl), label="problem")
+def test_changing_one_head_changes_no_other(variant, data):
+    problem = data.draw(problems_for(variant), label="problem")
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     assume(heads >= 2)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     h = data.draw(st.integers(0, heads - 1), label="query head changed")
     q = problem.q.copy()
     q[:, h] = -3.0 * q[:, h] + 1.0
@@ -75,7 +75,7 @@ def test_changing_one_head_changes_no_other(impl, data):
 @checks("gqa-shares-kv-heads")
 @pytest.mark.requires("gqa")
 @given(data=st.data())
-def test_each_kv_head_is_read_by_exactly_its_group(impl, data):
+def test_each_kv_head_is_read_by_exactly_its_group(variant, data):
     """Query head h reads kv head h // group: adding a constant c to every value of kv head g moves the outputs
     of its group's query heads by c times their weights' row sums (1; the implementation's own sums, read with
     values all ones, so a normalisation bug is blamed on rows-sum-to-one, not here) and no other head's.
@@ -83,7 +83,7 @@ def test_each_kv_head_is_read_by_exactly_its_group(impl, data):
     Tolerance c / 2 either way: a correct implementation's weight rows sum to 1 within far less than 1/2 (its
     q and k are unchanged, so it computes the same weights twice), and the rounding of P (V + c) against
     P V is of order n_k u (|V| + c) <= 130 * 2^-11 * 1.1 c < c / 10 even in float16."""
-    problem = data.draw(problems_for(impl), label="problem")
+    problem = data.draw(problems_for(variant), label="problem")
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     assume(heads_kv >= 2)
     g = data.draw(st.integers(0, heads_kv - 1), label="kv head changed")
@@ -91,7 +91,7 @@ def test_each_kv_head_is_read_by_exactly_its_group(impl, data):
     v = problem.v.copy()
     v[:, g] += shift
     changed = problem.derive(f"v = p.v.copy(); v[:, {g}] += {shift!r}; p = p.replace(v=v)", v=v)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     moved = trial.call(changed) - trial.call()
     # the implementation's own row sums (its output on values all ones): a bug in them is another claim's
     row_sums = trial.call(problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v)))
@@ -109,13 +109,13 @@ def test_each_kv_head_is_read_by_exactly_its_group(impl, data):
 @checks("gqa-shares-kv-heads")
 @pytest.mark.requires("gqa")
 @given(data=st.data())
-def test_grouped_kv_heads_equal_repeated_kv_heads(impl, data):
-    problem = data.draw(problems_for(impl), label="problem")
+def test_grouped_kv_heads_equal_repeated_kv_heads(variant, data):
+    problem = data.draw(problems_for(variant), label="problem")
     group = problem.q.shape[1] // problem.k.shape[1]
     assume(group > 1)
     repeated = problem.derive(f"p = p.replace(k=np.repeat(p.k, {group}, axis=1), v=np.repeat(p.v, {group}, axis=1))",
                                k=repeat_kv(problem.k, group), v=repeat_kv(problem.v, group))
-    Trial(impl, problem).expect_unchanged(repeated, what="out with each kv head repeated for its query group",
+    Trial(variant, problem).expect_unchanged(repeated, what="out with each kv head repeated for its query group",
                                           versus="out with grouped kv heads")
 
 
@@ -128,14 +128,15 @@ def one_head(problem: Problem, h: int) -> Problem:
 
 @checks("heads-weight-positions-differently")
 @given(data=st.data())
-def test_each_head_weights_by_its_own_queries_and_keys(impl, data):
+def test_each_head_weights_by_its_own_queries_and_keys(variant, data):
     """Seed 001 § 2.3 (在同一位置学会关注不同的信息, 每个头部独立进行自注意力计算): head h of a multi-head call
     equals head h run alone, so heads whose queries or keys differ weight the same position differently;
     an implementation that reuses one head's weights for the others fails it."""
     # scores stay inside exp's range (default scale, moderate styles): the claim is about structure, not magnitude
-    problem = data.draw(problems_for(impl, scale=False, score_styles=("normal", "integers", "spiky")), label="problem")
+    styles = ("normal", "integers", "spiky")
+    problem = data.draw(problems_for(variant, scale=False, score_styles=styles), label="problem")
     assume(problem.q.shape[1] >= 2)
-    expect_head_as_if_alone(Trial(impl, problem), data.draw(st.integers(0, problem.q.shape[1] - 1), label="head"))
+    expect_head_as_if_alone(Trial(variant, problem), data.draw(st.integers(0, problem.q.shape[1] - 1), label="head"))
 
 
 def expect_head_as_if_alone(trial: Trial, h: int) -> None:
@@ -145,15 +146,15 @@ def expect_head_as_if_alone(trial: Trial, h: int) -> None:
 
 @checks("self-attention-four-steps", "concat-then-output-projection")
 @given(data=st.data())
-def test_projection_pipeline_with_implementation_as_core(impl, data):
+def test_projection_pipeline_with_implementation_as_core(variant, data):
     """x -> (x W_Q, x W_K, x W_V) -> heads -> attention -> concat -> W_O, with the implementation as the
     per-head core, against the same pipeline around the float64 oracle: the implementation's heads,
     concatenated in head order, give the oracle's multi-head output."""
-    problem = data.draw(problems_for(impl, max_d=24), label="problem")
+    problem = data.draw(problems_for(variant, max_d=24), label="problem")
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     w_q, w_k, w_v, w_o = examples.projection_weights(problem)
     x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     seen: dict = {}
 
     def implementation_core(q, k, v):

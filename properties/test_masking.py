@@ -32,18 +32,18 @@ def _fail_on_hidden_weight(trial, observed) -> None:
 @checks("causal-mask-zeroes-future")
 @pytest.mark.requires("causal")
 @given(data=st.data())
-def test_causal_weights_on_future_keys_are_zero(impl, data):
-    problem = data.draw(problems_for(impl, causal=True, weights_visible=True), label="problem")
-    trial = Trial(impl, problem)
+def test_causal_weights_on_future_keys_are_zero(variant, data):
+    problem = data.draw(problems_for(variant, causal=True, weights_visible=True), label="problem")
+    trial = Trial(variant, problem)
     _fail_on_hidden_weight(trial, observe_weights(trial))
 
 
 @checks("causal-mask-zeroes-future")
 @pytest.mark.requires("causal")
 @given(data=st.data())
-def test_changing_future_tokens_leaves_past_outputs(impl, data):
-    problem = data.draw(problems_for(impl, causal=True, min_n=2), label="problem")
-    caps = impl.impl.capabilities
+def test_changing_future_tokens_leaves_past_outputs(variant, data):
+    problem = data.draw(problems_for(variant, causal=True, min_n=2), label="problem")
+    caps = variant.capabilities
     offset = 0 if caps.causal_alignment == "top_left" else problem.n_k - problem.n_q
     assume(offset + 1 <= problem.n_k - 1)
     cut = data.draw(st.integers(offset + 1, problem.n_k - 1), label="first changed key")
@@ -55,7 +55,7 @@ def test_changing_future_tokens_leaves_past_outputs(impl, data):
         f"k, v = p.k.copy(), p.v.copy(); k[:, :, {cut}:] = -3 * k[:, :, {cut}:] + 1; "
         f"v[:, :, {cut}:] = -3 * v[:, :, {cut}:] + 1; p = p.replace(k=k, v=v)", k=k, v=v)
     index = (slice(None), slice(None), rows)
-    Trial(impl, problem).expect_unchanged(changed, got_index=index, expected_index=index,
+    Trial(variant, problem).expect_unchanged(changed, got_index=index, expected_index=index,
                                           what=f"out rows {rows.tolist()} after changing keys >= {cut}",
                                           versus="the same rows before")
 
@@ -63,32 +63,33 @@ def test_changing_future_tokens_leaves_past_outputs(impl, data):
 @checks("sdpa-formula")
 @pytest.mark.requires("causal", "cross")
 @given(data=st.data())
-def test_causal_attention_with_different_lengths_matches_oracle(impl, data):
-    check_against_oracle(impl, data.draw(problems_for(impl, causal=True, different_lengths=True), label="problem"))
+def test_causal_attention_with_different_lengths_matches_oracle(variant, data):
+    problem = data.draw(problems_for(variant, causal=True, different_lengths=True), label="problem")
+    check_against_oracle(variant, problem)
 
 
 @checks("sdpa-formula")
 @pytest.mark.requires("causal")
 @given(data=st.data())
-def test_square_causal_attention_matches_oracle(impl, data):
+def test_square_causal_attention_matches_oracle(variant, data):
     """n_q == n_k, where both alignments agree: the causal output itself, on every implementation."""
-    check_against_oracle(impl, data.draw(problems_for(impl, causal=True, same_lengths=True), label="problem"))
+    check_against_oracle(variant, data.draw(problems_for(variant, causal=True, same_lengths=True), label="problem"))
 
 
 @checks("causal-alignment")
 @pytest.mark.requires("causal")
 @given(data=st.data())
-def test_zero_weights_follow_the_declared_alignment(impl, data):
+def test_zero_weights_follow_the_declared_alignment(variant, data):
     """Exactly the keys the declared alignment hides get weight 0: scores are kept inside the dtype's
     exponent range, so a visible key cannot underflow to 0."""
-    problem = data.draw(problems_for(impl, causal=True, weights_visible=True,
+    problem = data.draw(problems_for(variant, causal=True, weights_visible=True,
                                      score_styles=("normal", "integers")), label="problem")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     scores = trial.oracle()[0].scores
     visible = np.isfinite(scores)
     spread = float(np.max(np.where(visible, scores, -np.inf), axis=-1).max()
                    - np.min(np.where(visible, scores, np.inf), axis=-1).min())
-    limit = exponent_range(impl.dtype, problem.n_k)
+    limit = exponent_range(variant.dtype, problem.n_k)
     if spread > limit:
         problem = problem.scale_queries(limit / (2 * spread))
     observed = observe_weights(trial, problem)
@@ -96,7 +97,7 @@ def test_zero_weights_follow_the_declared_alignment(impl, data):
     if wrong.any():
         where = tuple(int(i) for i in np.argwhere(wrong)[0])
         expected = "hidden" if not observed.oracle.allowed[where] else "visible"
-        trial.fail(f"the zero pattern of the weights is not the {impl.impl.capabilities.causal_alignment} "
+        trial.fail(f"the zero pattern of the weights is not the {variant.capabilities.causal_alignment} "
                    "causal mask", observed.problem,
                    details=(f"weights{where} = {observed.weights[where]!r}, but key {where[3]} is {expected} "
                             f"to query {where[2]} (n_q={problem.n_q}, n_k={problem.n_k})",))
@@ -117,30 +118,30 @@ def test_alignments_agree_exactly_when_lengths_match(n_q, n_k):
 @checks("sdpa-formula")
 @pytest.mark.requires("mask")
 @given(data=st.data())
-def test_masked_attention_matches_oracle(impl, data):
-    check_against_oracle(impl, data.draw(problems_for(impl, masked=True), label="problem"))
+def test_masked_attention_matches_oracle(variant, data):
+    check_against_oracle(variant, data.draw(problems_for(variant, masked=True), label="problem"))
 
 
 @checks("boolean-mask-hides-keys")
 @pytest.mark.requires("mask")
 @given(data=st.data())
-def test_boolean_mask_gives_hidden_keys_zero_weight(impl, data):
-    problem = data.draw(problems_for(impl, masked=True, weights_visible=True), label="problem")
-    trial = Trial(impl, problem)
+def test_boolean_mask_gives_hidden_keys_zero_weight(variant, data):
+    problem = data.draw(problems_for(variant, masked=True, weights_visible=True), label="problem")
+    trial = Trial(variant, problem)
     _fail_on_hidden_weight(trial, observe_weights(trial))
 
 
 @checks("fully-masked-rows-zero")
 @pytest.mark.requires("mask")
 @given(data=st.data())
-def test_fully_masked_row_gives_zero_output(impl, data):
-    problem = data.draw(problems_for(impl, masked=True, empty_rows=True), label="problem")
+def test_fully_masked_row_gives_zero_output(variant, data):
+    problem = data.draw(problems_for(variant, masked=True, empty_rows=True), label="problem")
     mask = np.array(np.broadcast_to(problem.mask, problem.q.shape[:3] + (problem.n_k,)))
     mask[:, :, 0, :] = False
     problem = problem.derive(
         "m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); m[:, :, 0, :] = False; "
         "p = p.replace(mask=m)", mask=mask)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     empty_rows = trial.call()[:, :, 0]
     if np.any(empty_rows != 0):
         where = tuple(int(i) for i in np.argwhere(empty_rows != 0)[0])

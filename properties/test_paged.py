@@ -13,5 +13,5 @@ from harness.markers import checks
 @checks("paged-equals-contiguous")
 @pytest.mark.requires("paged")
 @given(data=st.data())
-def test_paged_cache_equals_contiguous_cache(impl, data):
-    check_any_block_sizes(impl, data, ("page_size",))
+def test_paged_cache_equals_contiguous_cache(variant, data):
+    check_any_block_sizes(variant, data, ("page_size",))

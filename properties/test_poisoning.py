@@ -51,8 +51,8 @@ def _expect_rows_untouched(trial: Trial, poisoned: Problem, rows: np.ndarray, *,
     trial.expect_close(got, clean, allowance, what=what, versus="its output without the poison", problem=poisoned)
 
 
-def _check_hidden_poison(impl, problem: Problem, keys: list[int], poison: float) -> None:
-    trial = Trial(impl, problem)
+def _check_hidden_poison(variant, problem: Problem, keys: list[int], poison: float) -> None:
+    trial = Trial(variant, problem)
     allowed = np.broadcast_to(trial.oracle()[0].allowed, problem.q.shape[:3] + (problem.n_k,))
     poisoned = _poison(problem, allowed, keys, poison)
     rows = ~allowed[..., keys].any(axis=-1)
@@ -63,43 +63,43 @@ def _check_hidden_poison(impl, problem: Problem, keys: list[int], poison: float)
 @checks("hidden-non-finite-never-reaches-output")
 @pytest.mark.requires("causal")
 @given(data=st.data())
-def test_non_finite_causal_future_never_reaches_past_rows(impl, data):
-    problem = data.draw(problems_for(impl, causal=True, min_n=2), label="problem")
+def test_non_finite_causal_future_never_reaches_past_rows(variant, data):
+    problem = data.draw(problems_for(variant, causal=True, min_n=2), label="problem")
     cut = data.draw(st.integers(1, problem.n_k - 1), label="first poisoned key")
     poison = data.draw(st.sampled_from(POISONS), label="poison")
-    _check_hidden_poison(impl, problem, list(range(cut, problem.n_k)), poison)
+    _check_hidden_poison(variant, problem, list(range(cut, problem.n_k)), poison)
 
 
 @checks("hidden-non-finite-never-reaches-output")
 @pytest.mark.requires("mask")
 @given(data=st.data())
-def test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them(impl, data):
+def test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them(variant, data):
     """Keys hidden by a boolean mask (any layout: a full mask, a query x key mask, key padding) hold NaN/Inf."""
-    problem = data.draw(problems_for(impl, masked=True, min_n=2), label="problem")
+    problem = data.draw(problems_for(variant, masked=True, min_n=2), label="problem")
     allowed = np.broadcast_to(problem.mask, problem.q.shape[:3] + (problem.n_k,))
     hidden_somewhere = np.flatnonzero(~allowed.all(axis=(0, 1, 2)))
     assume(hidden_somewhere.size)
     keys = sorted(set(data.draw(st.lists(st.sampled_from(hidden_somewhere.tolist()), min_size=1, max_size=4),
                                 label="poisoned keys")))
-    _check_hidden_poison(impl, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
+    _check_hidden_poison(variant, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
 
 
 @checks("visible-nan-propagates", "hidden-non-finite-never-reaches-output")
 @given(data=st.data())
-def test_visible_nan_reaches_exactly_the_rows_that_see_it(impl, data):
+def test_visible_nan_reaches_exactly_the_rows_that_see_it(variant, data):
     """NaN in one key (all of its rows' elements turn NaN) or in one value element v_jc (column c of its
     rows turns NaN); every other element is the implementation's own output on the clean problem. With key
     padding (when the implementation takes a mask), rows of a sequence that pads key j see no NaN at all."""
-    caps = impl.impl.capabilities
+    caps = variant.capabilities
     padded = caps.mask and data.draw(st.booleans(), label="key padding")
-    problem = data.draw(problems_for(impl), label="problem")
+    problem = data.draw(problems_for(variant), label="problem")
     if padded:
         drop = np.random.default_rng(problem.recipe.seed).random((problem.q.shape[0], 1, 1, problem.n_k)) < 0.3
         drop[..., 0] = False  # every row keeps a key
         problem = problem.derive(f"p = p.replace(mask=~(np.random.default_rng({problem.recipe.seed})"
                                  f".random(({problem.q.shape[0]}, 1, 1, {problem.n_k})) < 0.3)); "
                                  "p.mask[..., 0] = True", mask=~drop)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     oracle, _ = trial.oracle()
     clean, allowance = trial.own_output()
     allowed = np.broadcast_to(True if oracle.allowed is None else oracle.allowed,

@@ -24,9 +24,9 @@ from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 
 @checks("rows-sum-to-one", "weights-in-unit-interval")
 @given(data=st.data())
-def test_observed_weights_are_distributions(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
-    trial = Trial(impl, problem)
+def test_observed_weights_are_distributions(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    trial = Trial(variant, problem)
     observed = observe_weights(trial)
     weights, allowance = observed.weights, observed.allowance
     trial.expect_close(np.clip(weights, 0.0, 1.0), weights, allowance, what="weights",
@@ -38,11 +38,11 @@ def test_observed_weights_are_distributions(impl, data):
 
 @checks("rows-sum-to-one")
 @given(data=st.data())
-def test_values_all_ones_give_outputs_all_ones(impl, data):
+def test_values_all_ones_give_outputs_all_ones(variant, data):
     """softmax(S) 1 = 1: visible to implementations whatever d_v they accept."""
-    problem = data.draw(problems_for(impl), label="problem")
+    problem = data.draw(problems_for(variant), label="problem")
     ones = problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
-    trial = Trial(impl, ones)
+    trial = Trial(variant, ones)
     _, allowance = trial.oracle()
     out = trial.call()
     trial.expect_close(out, np.ones_like(out), allowance, versus="1 (values all ones)")
@@ -50,9 +50,9 @@ def test_values_all_ones_give_outputs_all_ones(impl, data):
 
 @checks("output-in-convex-hull")
 @given(data=st.data())
-def test_output_lies_in_convex_hull_of_values(impl, data):
-    problem = data.draw(problems_for(impl), label="problem")
-    trial = Trial(impl, problem)
+def test_output_lies_in_convex_hull_of_values(variant, data):
+    problem = data.draw(problems_for(variant), label="problem")
+    trial = Trial(variant, problem)
     _, allowance = trial.oracle()
     out = trial.call()
     values = trial.values_per_query_head()
@@ -63,9 +63,9 @@ def test_output_lies_in_convex_hull_of_values(impl, data):
 
 @checks("output-is-weighted-sum-of-values")
 @given(data=st.data())
-def test_output_equals_observed_weights_times_values(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
-    trial = Trial(impl, problem)
+def test_output_equals_observed_weights_times_values(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    trial = Trial(variant, problem)
     observed = observe_weights(trial)
     _, out_allowance = trial.oracle()
     values = trial.values_per_query_head()
@@ -76,10 +76,10 @@ def test_output_equals_observed_weights_times_values(impl, data):
 
 @checks("weights-measure-relevance")
 @given(data=st.data())
-def test_weights_are_monotone_in_scores(impl, data):
+def test_weights_are_monotone_in_scores(variant, data):
     """Sorted by the oracle's scores, each row's weights never decrease (beyond the allowance)."""
-    problem = data.draw(problems_for(impl, weights_visible=True), label="problem")
-    trial = Trial(impl, problem)
+    problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    trial = Trial(variant, problem)
     observed = observe_weights(trial)
     order = np.argsort(observed.oracle.scores, axis=-1, kind="stable")
     weights = np.take_along_axis(observed.weights, order, axis=-1)
@@ -112,13 +112,13 @@ def far_from_zero(n: int = 3) -> Problem:
 
 @checks("complete-graph-positive-weights")
 @given(data=st.data())
-def test_every_key_gets_positive_weight(impl, data):
-    problem = data.draw(problems_for(impl, weights_visible=True, score_styles=("normal", "integers", "spiky")),
+def test_every_key_gets_positive_weight(variant, data):
+    problem = data.draw(problems_for(variant, weights_visible=True, score_styles=("normal", "integers", "spiky")),
                         label="problem")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     scores = trial.oracle()[0].scores
     spread = float((scores.max(axis=-1) - scores.min(axis=-1)).max())
-    limit = exponent_range(impl.dtype, problem.n_k)
+    limit = exponent_range(variant.dtype, problem.n_k)
     if spread > limit:
         problem = problem.scale_queries(limit / (2 * spread))
     _expect_every_key_weighted(trial, problem)
@@ -127,10 +127,10 @@ def test_every_key_gets_positive_weight(impl, data):
 
 @checks("score-large-when-query-seeks-key")
 @given(data=st.data())
-def test_query_pointing_at_key_weights_it_most(impl, data):
+def test_query_pointing_at_key_weights_it_most(variant, data):
     """Keys of equal norm; query i = a * k_{j(i)}: k_{j(i)} has the top score and the top weight.
     Head dims up to 4 keep other keys close in direction to the target: the hard case for the claim."""
-    problem = data.draw(problems_for(impl, weights_visible=True, score_styles=("normal",), scale=False, max_d=4),
+    problem = data.draw(problems_for(variant, weights_visible=True, score_styles=("normal",), scale=False, max_d=4),
                         label="problem")
     k = problem.k / np.linalg.norm(problem.k, axis=-1, keepdims=True)
     group = problem.q.shape[1] // k.shape[1]
@@ -141,7 +141,7 @@ def test_query_pointing_at_key_weights_it_most(impl, data):
         "k = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True); "
         f"p = p.replace(k=k, q=5.0 * np.sqrt(p.q.shape[-1]) * np.repeat(k, {group}, axis=1)"
         "[:, :, np.arange(p.n_q) % p.n_k])", k=k, q=q)
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     observed = observe_weights(trial)
     chosen = observed.weights[..., np.arange(problem.n_q), targets]
     bound = observed.allowance.bound

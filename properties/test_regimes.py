@@ -22,29 +22,29 @@ from specs.problems import build
 
 @checks("sdpa-formula")
 @pytest.mark.parametrize("regime", cases(regimes.SIZES + regimes.LARGE_SCORES_AT_LENGTH))
-def test_long_sequences_and_wide_heads_match_oracle(impl, regime):
+def test_long_sequences_and_wide_heads_match_oracle(variant, regime):
     """Lengths past 256 to 2049 and a 4097-key decode, head dims 96 to 256, batch and heads together with
     GQA groups of 8 and MQA (a regime the implementation cannot take is skipped with the reason)."""
-    check_against_oracle(impl, skip_unless_fits(impl, regime))
+    check_against_oracle(variant, skip_unless_fits(variant, regime))
 
 
 @checks("sdpa-formula")
 @pytest.mark.requires("causal")
 @pytest.mark.parametrize("regime", cases(regimes.CAUSAL))
-def test_long_causal_matches_oracle_in_declared_alignment(impl, regime):
-    check_against_oracle(impl, skip_unless_fits(impl, regime))
+def test_long_causal_matches_oracle_in_declared_alignment(variant, regime):
+    check_against_oracle(variant, skip_unless_fits(variant, regime))
 
 
 @checks("sdpa-formula")
 @pytest.mark.requires("mask")
 @pytest.mark.parametrize("regime", cases(regimes.MASKED))
-def test_long_masked_matches_oracle(impl, regime):
-    check_against_oracle(impl, skip_unless_fits(impl, regime))
+def test_long_masked_matches_oracle(variant, regime):
+    check_against_oracle(variant, skip_unless_fits(variant, regime))
 
 
-def _default_block_sizes(impl) -> dict[str, int]:
-    params = inspect.signature(impl.impl.fn).parameters
-    return {kw: params[kw].default for kw in impl.impl.capabilities.tile_keywords
+def _default_block_sizes(variant) -> dict[str, int]:
+    params = inspect.signature(variant.impl.fn).parameters
+    return {kw: params[kw].default for kw in variant.capabilities.tile_keywords
             if kw in params and isinstance(params[kw].default, int)}
 
 
@@ -57,28 +57,28 @@ def _lengths_around_blocks(blocks: dict[str, int]) -> list[int]:
 
 @checks("tiled-equals-global")
 @pytest.mark.requires("tile_keywords")
-def test_default_block_sizes_at_their_multiples_match_oracle(impl):
+def test_default_block_sizes_at_their_multiples_match_oracle(variant):
     """The implementation's own block sizes (its keywords' defaults), at lengths one below, at and one above
     multiples of them: the path a caller who passes no block size takes."""
-    blocks = _default_block_sizes(impl)
+    blocks = _default_block_sizes(variant)
     if not blocks:
         pytest.skip("the block-size keywords have no integer defaults")
-    causal = impl.impl.capabilities.causal
+    causal = variant.capabilities.causal
     for n in _lengths_around_blocks(blocks):
         for causal_case in {False, causal}:
-            check_against_oracle(impl, build(n_q=n, n_k=n, d=64, d_v=64, seed=n, causal=causal_case))
+            check_against_oracle(variant, build(n_q=n, n_k=n, d=64, d_v=64, seed=n, causal=causal_case))
 
 
 @checks("layout-independent")
 @pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"contiguous"}))
-def test_strided_inputs_give_the_same_attention(impl, layout):
+def test_strided_inputs_give_the_same_attention(variant, layout):
     """The same values passed as strided views (BSHD storage, a sliced or stepped head dim, Fortran order,
     negative strides) give what the implementation gives on contiguous arrays, within the rounding two
     correct computations of one problem may differ by."""
-    for problem in (build(batch=2, heads=4, heads_kv=2 if impl.impl.capabilities.gqa else 4,
+    for problem in (build(batch=2, heads=4, heads_kv=2 if variant.capabilities.gqa else 4,
                           n_q=33, n_k=33, d=24, d_v=24, seed=11),
                     build(batch=2, heads=2, heads_kv=2, n_q=129, n_k=129, d=64, d_v=64, seed=12)):
-        trial = Trial(impl, problem, layout=layout)
+        trial = Trial(variant, problem, layout=layout)
         contiguous, allowance = trial.own_output()
         trial.expect_close(trial.call(), contiguous, allowance, what=f"out on {layout} inputs",
                            versus="its output on contiguous inputs")
@@ -93,20 +93,20 @@ def _changed_inputs(trial: Trial, before: list[np.ndarray], after: tuple[np.ndar
 
 @checks("calls-are-independent")
 @pytest.mark.parametrize("regime", cases(regimes.SEQUENCE_LENGTHS[:1] + regimes.HEAD_DIMS[1:2]))
-def test_repeated_calls_follow_new_values_and_leave_inputs_alone(impl, regime):
+def test_repeated_calls_follow_new_values_and_leave_inputs_alone(variant, regime):
     """Three calls with one shape: values A, then B, then A again. No call writes to its inputs; B's output
     is not A's (where the oracle says they differ beyond both allowances: a cache keyed by shape returns it);
     the second call on A gives what the first gave."""
-    a = skip_unless_fits(impl, regime)
+    a = skip_unless_fits(variant, regime)
     b = regime.problem(seed=regime.recipe["seed"] + 1)
     outs = []
     for problem in (a, b, a):
-        trial = Trial(impl, problem)
+        trial = Trial(variant, problem)
         arrays = trial.inputs()
         before = [x.copy() for x in arrays]
         outs.append(trial.check_output(trial.call_on(arrays, problem), problem, call=None))
         _changed_inputs(trial, before, arrays)
-    trial_a, trial_b = Trial(impl, a), Trial(impl, b)
+    trial_a, trial_b = Trial(variant, a), Trial(variant, b)
     (oracle_a, allowance_a), (oracle_b, allowance_b) = trial_a.oracle(), trial_b.oracle()
     distinct = np.abs(oracle_b.out - oracle_a.out) > allowance_a.bound + allowance_b.bound
     stale = distinct & (outs[1] == outs[0])

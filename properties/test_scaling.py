@@ -31,20 +31,20 @@ VARIANCE_SAMPLES = 2000
 FLAT_SAMPLES = 4000
 
 
-def _first_query_weights(impl, problem):
+def _first_query_weights(variant, problem):
     """Weights of query row 0 of every batch entry (rows of one entry share keys, so only one is used)."""
-    observed = observe_weights(Trial(impl, problem))
+    observed = observe_weights(Trial(variant, problem))
     return observed.weights[:, 0, 0, :], observed.problem
 
 
 @checks("sqrt-dk-variance")
 @pytest.mark.parametrize("d", [4, 16, 64])
-def test_scaled_scores_have_unit_variance(impl, d):
+def test_scaled_scores_have_unit_variance(variant, d):
     """Under H0 (scores q.k / sqrt(d)), log(w_1 / w_0) = q.(k_1 - k_0) / sqrt(d) is, given q,
     N(0, 2 |q|^2 / d) exactly; so z = log(w_1 / w_0) / (sqrt(2) |q| / sqrt(d)) is iid N(0, 1)."""
     problem = gaussian_queries(samples=VARIANCE_SAMPLES, n_k=2, d=d, seed=20_000 + d)
-    weights, observed = _first_query_weights(impl, problem)
-    trial = Trial(impl, observed)
+    weights, observed = _first_query_weights(variant, problem)
+    trial = Trial(variant, observed)
     with np.errstate(divide="ignore"):
         gap = np.log(weights[:, 1]) - np.log(weights[:, 0])
     query_norm = np.linalg.norm(problem.q[:, 0, 0, :], axis=-1)
@@ -72,11 +72,11 @@ def _not_collapsed(small_d: np.ndarray, large_d: np.ndarray) -> bool:
 
 
 @checks("scale-keeps-softmax-flat")
-def test_softmax_jacobian_does_not_vanish_as_d_grows(impl):
+def test_softmax_jacobian_does_not_vanish_as_d_grows(variant):
     samples = {d: gaussian_queries(samples=FLAT_SAMPLES, n_k=8, d=d, seed=30_000 + d) for d in (8, 128)}
-    weights = {d: _first_query_weights(impl, p)[0] for d, p in samples.items()}
+    weights = {d: _first_query_weights(variant, p)[0] for d, p in samples.items()}
     if not _not_collapsed(weights[8], weights[128]):
-        trial = Trial(impl, samples[128])
+        trial = Trial(variant, samples[128])
         trial.fail("the softmax saturates as d_k grows",
                    details=(f"mean ||J||_F at d=8: {_mean_jacobian_norm(weights[8]):.3f}, "
                             f"at d=128: {_mean_jacobian_norm(weights[128]):.3f} "
@@ -88,7 +88,7 @@ def test_softmax_jacobian_does_not_vanish_as_d_grows(impl):
 @checks("explicit-softmax-scale")
 @pytest.mark.requires("scale")
 @given(data=st.data())
-def test_explicit_scale_replaces_default(impl, data):
-    problem = data.draw(problems_for(impl, scale=False), label="problem")
+def test_explicit_scale_replaces_default(variant, data):
+    problem = data.draw(problems_for(variant, scale=False), label="problem")
     scale = data.draw(st.one_of(st.just(1.0), st.sampled_from(SCALES), st.floats(1e-3, 10.0)), label="scale")
-    check_against_oracle(impl, problem.derive(f"p = p.replace(scale={scale!r})", scale=scale))
+    check_against_oracle(variant, problem.derive(f"p = p.replace(scale={scale!r})", scale=scale))

@@ -15,18 +15,18 @@ from harness.trial import Trial, check_against_oracle, problems_for
 
 @checks("ratio-of-exp-sums")
 @given(data=st.data())
-def test_ratio_of_exponential_sums_inside_exp_range(impl, data):
+def test_ratio_of_exponential_sums_inside_exp_range(variant, data):
     """Scores are brought inside exp's range for the dtype (|S| <= 0.9 log(max)) by scaling q."""
-    problem = data.draw(problems_for(impl, score_styles=("normal", "integers", "tiny", "spiky")), label="problem")
-    largest = float(np.abs(Trial(impl, problem).oracle()[0].scores).max())
-    limit = 0.9 * math.log(float(np.finfo(np.dtype(impl.dtype)).max))
+    problem = data.draw(problems_for(variant, score_styles=("normal", "integers", "tiny", "spiky")), label="problem")
+    largest = float(np.abs(Trial(variant, problem).oracle()[0].scores).max())
+    limit = 0.9 * math.log(float(np.finfo(np.dtype(variant.dtype)).max))
     if largest > limit:
         problem = problem.scale_queries(limit / largest)
-    check_against_oracle(impl, problem)
+    check_against_oracle(variant, problem)
 
 
 @checks("online-softmax-avoids-overflow")
 @given(data=st.data())
-def test_large_scores_give_finite_correct_outputs(impl, data):
-    problem = data.draw(problems_for(impl, score_styles=("large", "huge", "mixed")), label="problem")
-    check_against_oracle(impl, problem)
+def test_large_scores_give_finite_correct_outputs(variant, data):
+    problem = data.draw(problems_for(variant, score_styles=("large", "huge", "mixed")), label="problem")
+    check_against_oracle(variant, problem)

@@ -25,31 +25,31 @@ def _permutation(data, n: int, label: str) -> np.ndarray:
 
 @checks("permutation-equivariance")
 @given(data=st.data())
-def test_permuting_queries_permutes_outputs(impl, data):
-    problem = data.draw(problems_for(impl), label="problem")
+def test_permuting_queries_permutes_outputs(variant, data):
+    problem = data.draw(problems_for(variant), label="problem")
     perm = _permutation(data, problem.n_q, "query permutation")
     moved = problem.derive(f"p = p.replace(q=p.q[:, :, {perm.tolist()}])", q=problem.q[:, :, perm])
-    Trial(impl, problem).expect_unchanged(moved, expected_index=(slice(None), slice(None), perm),
+    Trial(variant, problem).expect_unchanged(moved, expected_index=(slice(None), slice(None), perm),
                                           what="out(q permuted)", versus="out with its rows permuted")
 
 
 @checks("permutation-equivariance", "long-range-in-one-step")
 @given(data=st.data())
-def test_permuting_keys_with_values_changes_nothing(impl, data):
-    problem = data.draw(problems_for(impl), label="problem")
+def test_permuting_keys_with_values_changes_nothing(variant, data):
+    problem = data.draw(problems_for(variant), label="problem")
     perm = _permutation(data, problem.n_k, "key permutation")
     moved = problem.derive(f"p = p.replace(k=p.k[:, :, {perm.tolist()}], v=p.v[:, :, {perm.tolist()}])",
                             k=problem.k[:, :, perm], v=problem.v[:, :, perm])
-    Trial(impl, problem).expect_unchanged(moved, what="out(k, v permuted together)", versus="out")
+    Trial(variant, problem).expect_unchanged(moved, what="out(k, v permuted together)", versus="out")
 
 
 @checks("permutation-invariance-literal")
 @given(data=st.data())
-def test_shuffling_the_sequence_leaves_output_unchanged(impl, data):
+def test_shuffling_the_sequence_leaves_output_unchanged(variant, data):
     """The seed's sentence taken literally: self-attention on a shuffled X (two tokens swapped) gives
     the same output. It fails on every implementation, so Hypothesis always shrinks: small problems
     (n, d <= 16) keep that cheap, and a swap of two tokens is already a counterexample."""
-    base = data.draw(problems_for(impl, min_n=2, max_n=16, max_d=16), label="problem")
+    base = data.draw(problems_for(variant, min_n=2, max_n=16, max_d=16), label="problem")
     x = base.q
     problem = base.derive("p = p.replace(k=p.q, v=p.q)", k=x, v=x)
     first = data.draw(st.integers(0, problem.n_q - 2), label="first swapped token")
@@ -59,17 +59,17 @@ def test_shuffling_the_sequence_leaves_output_unchanged(impl, data):
     shuffled = problem.derive(
         f"x = p.q[:, :, {perm.tolist()}]; p = p.replace(q=x, k=x, v=x)",
         q=x[:, :, perm], k=x[:, :, perm], v=x[:, :, perm])
-    Trial(impl, problem).expect_unchanged(shuffled, what="out(X shuffled)", versus="out(X) (\"得到的结果相同\")")
+    Trial(variant, problem).expect_unchanged(shuffled, what="out(X shuffled)", versus="out(X) (\"得到的结果相同\")")
 
 
 @checks("parallel-over-positions")
 @pytest.mark.requires("cross")
 @given(data=st.data())
-def test_any_subset_of_queries_gives_the_same_rows(impl, data):
-    problem = data.draw(problems_for(impl), label="problem")
+def test_any_subset_of_queries_gives_the_same_rows(variant, data):
+    problem = data.draw(problems_for(variant), label="problem")
     rows = np.array(sorted(data.draw(st.sets(st.integers(0, problem.n_q - 1), min_size=1), label="queries")))
     subset = problem.derive(f"p = p.replace(q=p.q[:, :, {rows.tolist()}])", q=problem.q[:, :, rows])
-    Trial(impl, problem).expect_unchanged(subset, expected_index=(slice(None), slice(None), rows),
+    Trial(variant, problem).expect_unchanged(subset, expected_index=(slice(None), slice(None), rows),
                                           what="out(subset of queries)", versus="the same rows of the full output")
 
 

@@ -24,8 +24,8 @@ MEMORY_N = 256
 @checks("tiled-equals-global")
 @pytest.mark.requires("tile_keywords")
 @given(data=st.data())
-def test_any_tiling_equals_global_attention(impl, data):
-    check_any_block_sizes(impl, data, impl.impl.capabilities.tile_keywords)
+def test_any_tiling_equals_global_attention(variant, data):
+    check_any_block_sizes(variant, data, variant.capabilities.tile_keywords)
 
 
 def _peak_traced_bytes(fn) -> int:
@@ -49,17 +49,17 @@ def _peak_growth(fn, dtype: str) -> float:
 
 @checks("scores-used-once")
 @pytest.mark.requires("tile_keywords")
-def test_tiled_forward_memory_grows_linearly(impl):
+def test_tiled_forward_memory_grows_linearly(variant):
     """Doubling n doubles the peak of a computation that keeps no n_q x n_k matrix, and quadruples it
     for one that does: a growth factor below 3 (the midpoint) says the scores are used and dropped."""
-    if impl.impl.backend != "numpy":
+    if variant.impl.backend != "numpy":
         pytest.skip("tracemalloc sees only NumPy's allocations; this implementation's backend is "
-                    f"{impl.impl.backend}")
-    growth = _peak_growth(impl.impl.fn, impl.dtype)
-    naive_growth = _peak_growth(lambda q, k, v: attention(q, k, v), impl.dtype)
+                    f"{variant.impl.backend}")
+    growth = _peak_growth(variant.impl.fn, variant.dtype)
+    naive_growth = _peak_growth(lambda q, k, v: attention(q, k, v), variant.dtype)
     assert naive_growth > 3, f"no power: the naive formula's peak grew only {naive_growth:.2f}x"
     if growth >= 3:
-        Trial(impl, build(n_q=MEMORY_N, n_k=MEMORY_N, d=16, d_v=16)).fail(
+        Trial(variant, build(n_q=MEMORY_N, n_k=MEMORY_N, d=16, d_v=16)).fail(
             "peak memory grows like the n_q x n_k score matrix",
             details=(f"doubling n from {MEMORY_N} multiplied the peak traced memory by {growth:.2f} "
                      f"(the naive formula: {naive_growth:.2f})",))
@@ -68,10 +68,10 @@ def test_tiled_forward_memory_grows_linearly(impl):
 @checks("online-softmax-merge")
 @pytest.mark.requires("lse")
 @given(data=st.data())
-def test_partial_results_merge_through_lse(impl, data):
-    problem = data.draw(problems_for(impl, min_n=2), label="problem")
+def test_partial_results_merge_through_lse(variant, data):
+    problem = data.draw(problems_for(variant, min_n=2), label="problem")
     cut = data.draw(st.integers(1, problem.n_k - 1), label="key split")
-    trial = Trial(impl, problem)
+    trial = Trial(variant, problem)
     oracle, _ = trial.oracle()
     parts, outs, lses, out_bounds, lse_bounds = [], [], [], [], []
     for keys, code in ((slice(0, cut), f":{cut}"), (slice(cut, None), f"{cut}:")):
@@ -85,7 +85,7 @@ def test_partial_results_merge_through_lse(impl, data):
         part_oracle, part_allowance = trial.oracle(part)
         exact = trial.exact_inputs(part)
         try:
-            lse_bound = lse_allowance(*exact, dtype=impl.dtype, oracle=part_oracle, **trial.oracle_kwargs(part))
+            lse_bound = lse_allowance(*exact, dtype=variant.dtype, oracle=part_oracle, **trial.oracle_kwargs(part))
         except ToleranceUndefined:
             reject()  # the naive log-sum-exp overflows in this dtype: the rule has nothing to scale
         trial.expect_close(lse.astype(np.float64), part_oracle.lse,
