@@ -18,6 +18,7 @@ from hypothesis import currently_in_test_context, note, reject, target
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
+from harness.assertions import compare
 from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
 from impls.registry import Variant
@@ -251,23 +252,11 @@ class Trial:
                      problem: Problem | None = None, call: str | None = None,
                      script: str | None = None, claim: str | None = None) -> None:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere."""
-        bound = np.broadcast_to(allowance.bound, expected.shape)
-        with np.errstate(invalid="ignore", over="ignore"):
-            error = np.abs(got - expected)
-            bad = ~(error <= bound)  # NaN and Inf count as bad
-            badness = np.where(np.isfinite(error), error / np.maximum(bound, np.finfo(float).tiny), np.inf)
-            if not bad.any():
-                self._target(float(badness.max(initial=0.0)), what)
-                return
-        worst = np.unravel_index(int(np.argmax(np.where(bad, badness, -1.0))), bad.shape)
-        details = (
-            f"worst element {what}[{', '.join(map(str, worst))}]: got {got[worst]!r}, "
-            f"expected {expected[worst]!r}, |error| {error[worst]:.3g} > allowed {bound[worst]:.3g}",
-            f"elements over tolerance: {int(bad.sum())} of {bad.size}"
-            + (f" ({int(np.isnan(got).sum())} NaN)" if np.isnan(got).any() else ""),
-            f"tolerance: {allowance.rule}",
-        )
-        self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=details,
+        comparison = compare(got, expected, allowance, what=what)
+        if comparison.within:
+            self._target(comparison.ratio, what)
+            return
+        self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=comparison.details,
                   call=call, script=script, claim=claim)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
