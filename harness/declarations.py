@@ -41,13 +41,19 @@ class ExampleCount:
             self.first_failure = self.examples
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunningCheck:
-    """The property being run: its function name and the claims it checks (set by the plugin)."""
+    """The property being run: its function name and the claims it checks (set by the plugin), and what
+    harness.trial measures while it runs: examples, seconds inside the implementation's calls, headroom."""
 
     prop: str
     claims: tuple[str, ...]
     count: ExampleCount = field(default_factory=ExampleCount)
+    call_seconds: float = 0.0
+    headroom: float | None = None  # largest error / allowed of a passing comparison
+
+    def passed_within(self, ratio: float) -> None:
+        self.headroom = max(self.headroom or 0.0, ratio)
 
 
 RUNNING: ContextVar[RunningCheck | None] = ContextVar("running_check", default=None)

@@ -20,47 +20,28 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import settings
 
-from harness.declarations import RUNNING, RunningCheck, expected_failure
+from harness.declarations import RUNNING, RunningCheck
 from harness.evidence import PropertyViolation
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
 from harness.trial import CallSettings
-from impls.registry import ImplLoadError, Unavailable, Variant, builtin_impls, load_impl, variants
-from specs.catalogue import Claim, load_claims
-
-
-@dataclass
-class Outcome:
-    status: str  # pass / fail / skip / error
-    nodeid: str
-    prop: str = ""  # the property function's name
-    detail: str = ""
-    counterexample: dict | None = None
-    expected: bool = False
-    why: str = ""  # why the failure was expected
-    examples_to_failure: int | None = None  # Hypothesis examples run until the first failure
-
-
-@dataclass
-class RunState:
-    variants: list[Variant]
-    unavailable: list[Unavailable]
-    claims: dict[str, Claim]
-    outcomes: dict[tuple[str, str], list[Outcome]] = field(default_factory=lambda: defaultdict(list))
-    collected: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
-    triggered: set[tuple[str, int]] = field(default_factory=set)  # (variant name, index of its scope)
-    problems: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # subject -> test time
-    started: float = field(default_factory=time.monotonic)
-    report: dict | None = None
-
+from harness.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
+from impls.registry import (
+    BACKENDS,
+    FEATURES,
+    ImplLoadError,
+    Unavailable,
+    Variant,
+    builtin_impls,
+    load_impl,
+    variants,
+)
+from specs.catalogue import load_claims
 
 STATE = pytest.StashKey[RunState]()
 RUNNING_CHECK = pytest.StashKey[RunningCheck | None]()
@@ -73,6 +54,11 @@ def _split(value: str | None) -> list[str]:
 def _named_targets(config: pytest.Config) -> list[str]:
     """Implementations named with --impl or ATTN_IMPLS (none: every built-in available here)."""
     return config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS"))
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    """A pytest-xdist worker: its reports go to the controller, which judges the run."""
+    return hasattr(config, "workerinput")
 
 
 def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
@@ -90,6 +76,9 @@ def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
                 impls.append(impl)
         return impls, unavailable
     backends = tuple(config.getoption("backend") or _split(os.environ.get("ATTN_BACKENDS")))
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        raise pytest.UsageError(f"unknown backend {', '.join(map(repr, unknown))}; valid: {', '.join(BACKENDS)}")
     return builtin_impls(backends)
 
 
@@ -103,8 +92,13 @@ def pytest_configure(config: pytest.Config) -> None:
         unknown = impl.declared_claims() - set(claims)
         if unknown:
             raise pytest.UsageError(f"{impl.name} declares known defects for unknown claims {sorted(unknown)}")
+    unknown = {slug for option in config.getoption("claims") for slug in _split(option)} - set(claims)
+    if unknown:
+        raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
     CallSettings.timeout_s = config.getoption("impl_timeout")
-    config.stash[STATE] = RunState(variants(impls), unavailable, claims)
+    state = RunState(variants(impls), unavailable, claims)
+    config.stash[STATE] = state
+    config.pluginmanager.register(_Collector(state), "attention-verdicts")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -113,7 +107,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("variant", chosen, ids=[v.name for v in chosen])
 
 
-def _takes_impl(item: pytest.Item) -> bool:
+def _takes_variant(item: pytest.Item) -> bool:
     params = getattr(item, "callspec", None)
     return params is not None and "variant" in params.params
 
@@ -122,7 +116,7 @@ def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | s
     marker = item.get_closest_marker("claims")
     if marker is None:
         return None
-    if not _takes_impl(item):
+    if not _takes_variant(item):
         return marker.args, marker.kwargs.get("subject", ORACLE)
     variant = item.callspec.params["variant"]
     # with no implementation selected pytest parametrizes with a placeholder and skips the test
@@ -138,14 +132,23 @@ def _name(subject: Variant | str) -> str:
     return subject.name if isinstance(subject, Variant) else subject
 
 
+def check_required_features(items: list) -> None:
+    """`requires(...)` markers must name capabilities: a misspelt one would skip its property everywhere."""
+    for item in items:
+        marker = item.get_closest_marker("requires")
+        unknown = sorted(set(marker.args) - set(FEATURES)) if marker else []
+        if unknown:
+            raise pytest.UsageError(f"{item.nodeid}: requires() names unknown features {unknown}; "
+                                    f"valid: {', '.join(sorted(FEATURES))}")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    state = config.stash[STATE]
+    check_required_features(items)
     wanted = {slug for option in config.getoption("claims") for slug in _split(option)}
-    unknown = wanted - set(state.claims)
-    if unknown:
-        raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
+    # with --impl only the named implementations are checked: the oracle and seed subjects belong to the main job
+    named = bool(_named_targets(config))
     dropped = [item for item in items
-               if (config.getoption("impl_properties_only") and not _takes_impl(item))
+               if (named and not _takes_variant(item))
                or (wanted and not wanted & set(_marked_claims(item)))]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -154,12 +157,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         for item in items:
             if item.get_closest_marker(LONG_MARKER):
                 item.add_marker(pytest.mark.skip(reason=LONG_SKIP_REASON))
-    for item in items:
-        found = _claims_and_subject(item)
-        if found:
-            slugs, subject = found
-            for slug in slugs:
-                state.collected[(slug, _name(subject))].add(f"{item.module.__name__}::{item.originalname}")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -209,7 +206,8 @@ def _claim_section(state: RunState, slugs: tuple[str, ...]) -> str:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Tell harness.trial which property and claims are running (it picks the violation's type)."""
+    """Tell harness.trial which property and claims are running (it picks the violation's type and
+    records the time in calls and the headroom there)."""
     found = _claims_and_subject(item)
     running = RunningCheck(item.originalname, found[0]) if found else None
     item.stash[RUNNING_CHECK] = running
@@ -220,53 +218,10 @@ def pytest_runtest_call(item: pytest.Item):
         RUNNING.reset(token)
 
 
-def _blame(state: RunState, slugs: tuple[str, ...], subject, prop: str, failures: list[BaseException],
-           text: str) -> dict[str, Outcome]:
-    """One failed outcome per claim a failure belongs to, each marked expected when declared."""
-    blamed: dict[str, list[str]] = {}
-    for exc in failures or [None]:
-        claim = getattr(exc, "claim", None)
-        message = _message(exc) if exc is not None else text
-        for slug in ((claim,) if claim in slugs else slugs):
-            blamed.setdefault(slug, []).append(message)
-    outcomes = {}
-    for slug, messages in blamed.items():
-        reasons = [expected_failure(slug, subject, prop, m) for m in messages]
-        outcome = Outcome("fail", "", prop, expected=all(reasons))
-        if outcome.expected:
-            outcome.why = reasons[0].why
-            for reason in reasons:
-                if reason.scope is not None:
-                    state.triggered.add((subject.name, subject.impl.known_defects.index(reason.scope)))
-        outcomes[slug] = outcome
-    return outcomes
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    result = yield
-    report = result.get_result()
-    found = _claims_and_subject(item)
-    if found is None:
-        return
+def _failure_outcomes(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport, slugs, subject,
+                      contribution: Contribution) -> None:
+    """The failed test's outcomes, one per claim it is blamed on, declared or not."""
     state = item.config.stash[STATE]
-    slugs, subject = found
-    state.seconds[_name(subject)] += report.duration
-    if not (report.when == "call" or (report.when == "setup" and not report.passed) or report.failed):
-        return
-    status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
-    if report.failed and report.when != "call":
-        status = "error"
-    prop = item.originalname
-    if status in ("pass", "skip", "error"):
-        outcome = Outcome(status, item.nodeid, prop)
-        if status == "skip":
-            outcome.detail = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-        if status == "error":
-            outcome.detail = report.longreprtext[-2000:]
-        for slug in slugs:
-            state.outcomes[(slug, _name(subject))].append(outcome)
-        return
     failures = _failures(call.excinfo)
     violation = next((f for f in failures if isinstance(f, PropertyViolation)), None)
     if violation is not None:
@@ -275,65 +230,68 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     else:
         detail = call.excinfo.exconly()[:2000] if call.excinfo else report.longreprtext[-2000:]
         counterexample = _falsifying_example(report.longreprtext)
-    outcomes = _blame(state, slugs, subject, prop, failures, detail)
+    messages = [(getattr(f, "claim", None), _message(f)) for f in failures] or [(None, detail)]
+    outcomes, contribution.triggered = blame(slugs, subject, item.originalname, messages)
     report.sections.append(("claim", _claim_section(state, tuple(outcomes))))
     running = item.stash.get(RUNNING_CHECK, None)
     for slug, outcome in outcomes.items():
         outcome.nodeid, outcome.detail, outcome.counterexample = item.nodeid, detail, counterexample
         outcome.examples_to_failure = running.count.first_failure if running else None
-        state.outcomes[(slug, _name(subject))].append(outcome)
+        contribution.add(slug, outcome)
     if all(o.expected for o in outcomes.values()):
         report.outcome = "skipped"
         report.wasxfail = f"declared: {next(iter(outcomes.values())).why}"
 
 
-def _short(name: str) -> str:
-    """A property's function name, from 'module::name' or 'name'."""
-    return name.rpartition("::")[2]
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Attach the test's contribution to its report (harness.verdicts), where any process can read it."""
+    result = yield
+    report = result.get_result()
+    found = _claims_and_subject(item)
+    if found is None:
+        return
+    slugs, subject = found
+    contribution = Contribution(_name(subject), seconds=report.duration)
+    if report.when == "setup":
+        contribution.collected = [(slug, f"{item.module.__name__}::{item.originalname}") for slug in slugs]
+        contribution.registered = [(slug, prop) for slug in slugs for prop in PROPERTIES.get(slug, ())]
+    running = item.stash.get(RUNNING_CHECK, None)
+    if report.when == "call" and running is not None:
+        contribution.call_seconds, contribution.headroom = running.call_seconds, running.headroom
+    concluded = report.when == "call" or (report.when == "setup" and not report.passed) or report.failed
+    status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
+    if report.failed and report.when != "call":
+        status = "error"
+    if concluded and status == "fail":
+        _failure_outcomes(item, call, report, slugs, subject, contribution)
+    elif concluded:
+        outcome = Outcome(status, item.nodeid, item.originalname)
+        if status == "skip":
+            outcome.detail = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        if status == "error":
+            outcome.detail = report.longreprtext[-2000:]
+        for slug in slugs:
+            contribution.add(slug, outcome)
+    report.user_properties.append((USER_PROPERTY, contribution.as_data()))
 
 
-def _uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
-    """Declarations whose properties all ran on their dtype, at least one not skipped, none caught."""
-    uncaught = []
-    for variant in state.variants:
-        for index, scope in enumerate(variant.impl.known_defects):
-            if variant.dtype not in scope.dtypes or (variant.name, index) in state.triggered:
-                continue
-            outcomes = state.outcomes.get((scope.claim, variant.name), [])
-            claim = state.claims.get(scope.claim)
-            if claim is not None and not claim.holds and any(o.expected for o in outcomes):
-                continue  # a false seed sentence, refuted on this subject: the declaration had nothing left to cover
-            named = {_short(p) for p in scope.properties or PROPERTIES.get(scope.claim, ())}
-            collected = {_short(p) for p in state.collected.get((scope.claim, variant.name), ())}
-            ran = [o for o in outcomes if o.prop in named and o.status != "skip"]
-            if named <= collected and ran:
-                uncaught.append((variant, scope.describe()))
-    return uncaught
+class _Collector:
+    """Folds each report's contribution into the run: in-process, or on the pytest-xdist controller
+    (where reports arrive from the workers)."""
 
+    def __init__(self, state: RunState) -> None:
+        self.state = state
 
-def judge_declarations(state: RunState, derandomized: bool) -> bool:
-    """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
-    (the run is reproducible, so the record's declaration is wrong: exit 1)."""
-    fatal = False
-    outside = {variant.impl for variant in state.variants if not variant.impl.builtin}  # built-ins: tests/
-    for impl in outside:
-        for scope in impl.known_defects:
-            registered = {_short(name) for name in PROPERTIES.get(scope.claim, ())}
-            strays = sorted(set(scope.properties) - registered)
-            if strays:
-                state.problems.append(f"WARNING: {impl.name} declares properties {strays} for '{scope.claim}', "
-                                      f"which are not among its properties collected here: {sorted(registered)}")
-    for variant, declaration in _uncaught_declarations(state):
-        error = variant.impl.builtin and derandomized
-        fatal |= error
-        state.problems.append(f"{'ERROR' if error else 'WARNING'}: {variant.name} declares a known defect that "
-                              f"no property caught: {declaration}")
-    return fatal
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, data in report.user_properties:
+            if name == USER_PROPERTY:
+                self.state.fold(Contribution.from_data(data))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE, None)
-    if state is None or not state.outcomes:
+    if state is None or not state.outcomes or _is_worker(session.config):
         return
     if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -351,8 +309,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("claims x implementations")
     for line in matrix_lines(state.report):
         terminalreporter.write_line(line)
-    for problem in state.problems:
-        terminalreporter.write_line(problem, red=problem.startswith("ERROR"), yellow=not problem.startswith("ERROR"))
+    for warning in state.warnings:
+        error = warning.startswith("ERROR")
+        terminalreporter.write_line(warning, red=error, yellow=not error)
     directory = config.getoption("report")
     if directory:
         terminalreporter.write_line(f"report written to {directory}/report.json, report.md, report.html")

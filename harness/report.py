@@ -9,51 +9,36 @@ failure was declared (`expected`) and why.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from pathlib import Path
 
-from harness.markers import ORACLE, PROPERTIES
-from harness.trial import CALL_SECONDS, HEADROOM
+from harness.markers import ORACLE
+from harness.verdicts import STATUSES, RunState, aggregate
+from impls.registry import Variant
 
-STATUSES = ("pass", "fail", "skip", "error")
 SYMBOLS = {"pass": "+", "fail": "F", "expected": "x", "error": "E", "skip": "s", None: "."}
 
 
-def aggregate(outcomes: list) -> dict:
-    """One verdict from the outcomes of every test of a claim on one subject.
-
-    Precedence: an unexpected failure, then an error, then a declared failure, then pass, then
-    skip, so nothing worse is ever hidden behind a declared failure.
-    """
-    fails = [o for o in outcomes if o.status == "fail"]
-    groups = (
-        ("fail", [o for o in fails if not o.expected]),
-        ("error", [o for o in outcomes if o.status == "error"]),
-        ("fail", [o for o in fails if o.expected]),
-        ("pass", [o for o in outcomes if o.status == "pass"]),
-        ("skip", [o for o in outcomes if o.status == "skip"]),
-    )
-    for status, group in groups:
-        if group:
-            first = group[0]
-            return {"status": status, "detail": first.detail, "counterexample": first.counterexample,
-                    "expected": status == "fail" and first.expected, "why": first.why,
-                    "tests": len(outcomes), "test": first.nodeid,
-                    "failed_properties": sorted({o.prop for o in fails}),
-                    "examples_to_failure": min((o.examples_to_failure for o in fails
-                                                if o.examples_to_failure is not None), default=None)}
-    raise ValueError("a verdict needs at least one outcome")
+def capabilities(variants: list[Variant]) -> dict[str, dict]:
+    """What each implementation can be asked to do (so a reader sees why a cell is a skip), by record name."""
+    listed = {}
+    for variant in variants:
+        impl = variant.impl
+        listed.setdefault(impl.name, {"target": impl.target, "backend": impl.backend,
+                                      **dataclasses.asdict(impl.capabilities)})
+    return listed
 
 
-def _subjects(state) -> list[str]:
+def _subjects(state: RunState) -> list[str]:
     names = [v.name for v in state.variants]
     others = sorted({subject for _, subject in state.outcomes} - set(names) - {ORACLE})
     seen = {subject for _, subject in state.outcomes}
     return names + ([ORACLE] if ORACLE in seen else []) + others
 
 
-def build_report(state, duration_s: float, profile: str | None = None) -> dict:
+def build_report(state: RunState, duration_s: float, profile: str | None = None) -> dict:
     verdicts = [{"claim": slug, "impl": subject, **aggregate(outcomes)}
                 for (slug, subject), outcomes in state.outcomes.items()]
     order = {slug: i for i, slug in enumerate(state.claims)}
@@ -67,17 +52,18 @@ def build_report(state, duration_s: float, profile: str | None = None) -> dict:
         "claims": [
             {"slug": c.slug, "source": c.source, "statement": c.statement, "original": c.original,
              "kind": c.kind, "holds": c.holds, "why": c.why, "note": c.note, "also": list(c.also),
-             "properties": sorted(set(PROPERTIES.get(c.slug, ())))}
+             "properties": sorted(state.registered.get(c.slug, ()))}
             for c in state.claims.values()
         ],
         "verdicts": verdicts,
         "unavailable": [{"target": u.target, "reason": u.reason} for u in state.unavailable],
-        "uncaught_declared_defects": list(state.problems),
+        "uncaught_declared_defects": list(state.warnings),
+        "capabilities": capabilities(state.variants),
         # largest error / allowed among comparisons that passed, per implementation variant
-        "headroom": {name: round(ratio, 4) for name, ratio in sorted(HEADROOM.items())},
+        "headroom": {name: round(ratio, 4) for name, ratio in sorted(state.headroom.items())},
         # seconds per subject: its tests (oracle and tolerance included) and, inside them, its own calls
         "time_s": {name: {"tests": round(state.seconds.get(name, 0.0), 2),
-                          "calls": round(CALL_SECONDS.get(name, 0.0), 2)} for name in subjects},
+                          "calls": round(state.call_seconds.get(name, 0.0), 2)} for name in subjects},
         "summary": summary,
         "profile": profile,
         "duration_s": round(duration_s, 1),

@@ -34,9 +34,6 @@ from specs.tolerance import (
     own_rounding_bound,
 )
 
-HEADROOM: dict[str, float] = {}  # variant name -> largest error / allowed of any passing comparison
-CALL_SECONDS: dict[str, float] = {}  # variant name -> seconds spent inside its calls (compilation included)
-
 
 class CallSettings:
     """Run-wide settings the pytest plugin fills from the command line."""
@@ -159,8 +156,9 @@ class Trial:
             self.fail(f"the implementation raised {type(exc).__name__}: {exc}", problem,
                       call=_call_line(extra))
         finally:
-            name = self.variant.name
-            CALL_SECONDS[name] = CALL_SECONDS.get(name, 0.0) + time.perf_counter() - started
+            running = RUNNING.get()
+            if running is not None:
+                running.call_seconds += time.perf_counter() - started
 
     def call(self, problem: Problem | None = None, **extra) -> np.ndarray:
         """The implementation's output as float64, after checking its type, shape and dtype."""
@@ -300,8 +298,9 @@ class Trial:
     def _target(self, ratio: float, what: str) -> None:
         """Record the headroom, and steer the `thorough` profile towards inputs where the error nears
         its allowance."""
-        if np.isfinite(ratio):
-            HEADROOM[self.variant.name] = max(HEADROOM.get(self.variant.name, 0.0), ratio)
+        running = RUNNING.get()
+        if running is not None and np.isfinite(ratio):
+            running.passed_within(ratio)
         label = f"{what} error / allowed #{len(self._targets)}"
         self._targets.append(label)
         if self.in_hypothesis and np.isfinite(ratio):

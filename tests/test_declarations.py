@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plugin import Outcome, RunState, _uncaught_declarations, judge_declarations
-from harness.report import aggregate
+from harness.verdicts import Outcome, RunState, aggregate, judge_declarations, uncaught_declarations
 from impls.defects import DefectDeclarationError, DefectScope, parse_known_defects
 from impls.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
 from tests.runs import run_suite
 
-MASKING = ("properties/test_masking.py::test_masked_attention_matches_oracle", "--impl-properties-only")
+MASKING = ("properties/test_masking.py::test_masked_attention_matches_oracle")
 
 
 def _declared_run(name: str, tmp_path):
@@ -59,7 +58,7 @@ def test_a_declaration_nothing_triggers_is_a_warning_for_outside_implementations
     """declares_other_property's scope (test_output_matches_oracle, where no mask is drawn) ran and
     caught nothing: reported, without changing the exit status an outside implementation gets."""
     target = "tests/declared_impls.py:declares_other_property"
-    run = run_suite("properties/test_formula.py::test_output_matches_oracle", "--impl-properties-only",
+    run = run_suite("properties/test_formula.py::test_output_matches_oracle",
                     "--impl", target, report_dir=tmp_path)
     assert f"WARNING: {target}[float64] declares a known defect that no property caught" in run.output
     assert any("sdpa-formula" in problem for problem in run.report["uncaught_declared_defects"])
@@ -69,7 +68,7 @@ def test_a_declaration_nothing_triggers_is_a_warning_for_outside_implementations
 def test_a_property_of_two_claims_blames_the_failing_assertion(tmp_path):
     target = "tests/declared_impls.py:weights_outside_unit_interval"
     run = run_suite("properties/test_probability.py::test_observed_weights_are_distributions",
-                    "--impl-properties-only", "--impl", target, report_dir=tmp_path)
+                    "--impl", target, report_dir=tmp_path)
     failed = run.verdict("weights-in-unit-interval", f"{target}[float64]")
     assert failed["status"] == "fail" and "weights differs from the interval [0, 1]" in failed["detail"]
     # the row sums are exactly 1: the failure is not blamed on rows-sum-to-one (whose assertion never ran)
@@ -82,7 +81,7 @@ def test_a_refuted_sentence_needs_its_own_failure(tmp_path):
     property for another reason, which is not the refutation: unexpected."""
     target = "tests/declared_impls.py:always_raises"
     run = run_suite("properties/test_symmetry.py::test_shuffling_the_sequence_leaves_output_unchanged",
-                    "--impl-properties-only", "--impl", target, report_dir=tmp_path)
+                    "--impl", target, report_dir=tmp_path)
     verdict = run.verdict("permutation-invariance-literal", f"{target}[float64]")
     assert verdict["status"] == "fail" and not verdict["expected"], verdict
     assert "raised RuntimeError" in verdict["detail"]
@@ -135,14 +134,14 @@ def test_uncaught_declarations_are_found_only_when_their_properties_ran():
     variant = _builtin_variant((scope,))
     state = RunState([variant], [], load_claims())
     assert variant.impl.builtin
-    assert _uncaught_declarations(state) == []  # nothing ran
+    assert uncaught_declarations(state) == []  # nothing ran
     state.collected[("sdpa-formula", variant.name)].add("properties.test_formula::test_output_matches_oracle")
     state.outcomes[("sdpa-formula", variant.name)].append(Outcome("pass", "x", "test_output_matches_oracle"))
-    assert [found for found, _ in _uncaught_declarations(state)] == [variant]
-    assert judge_declarations(state, derandomized=True) and state.problems[0].startswith("ERROR")
-    assert not judge_declarations(state, derandomized=False) and state.problems[-1].startswith("WARNING")
+    assert [found for found, _ in uncaught_declarations(state)] == [variant]
+    assert judge_declarations(state, derandomized=True) and state.warnings[0].startswith("ERROR")
+    assert not judge_declarations(state, derandomized=False) and state.warnings[-1].startswith("WARNING")
     state.triggered.add((variant.name, 0))
-    assert _uncaught_declarations(state) == []
+    assert uncaught_declarations(state) == []
 
 
 def test_a_misspelt_property_is_reported(tmp_path):
