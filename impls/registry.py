@@ -42,6 +42,7 @@ BUILTIN_TARGETS = (
 )
 
 SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p")
+BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
 
 
 class ImplLoadError(ValueError):
@@ -92,6 +93,7 @@ _FEATURE_NOTES = {
     "fused": "not declared fused=True",
     "paged": "no page_size keyword",
 }
+FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
 _DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout"}
 
 
@@ -135,6 +137,9 @@ class Variant:
 def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, object] | None = None,
                    probe: Callable[[], str | None] | None = None, **capabilities):
     """Declare a built-in implementation's record on the function itself."""
+
+    if backend not in BACKENDS:
+        raise ValueError(f"{name}: backend {backend!r} is not one of {BACKENDS}")
 
     def declare(fn: Callable) -> Callable:
         fn.attention_name = name

@@ -24,7 +24,7 @@ TARGETS = {name: f"zoo/declared.py:{name}" for name in defective_impls.DEFECTIVE
 @pytest.fixture(scope="module")
 def defective_run(tmp_path_factory):
     args = [arg for target in TARGETS.values() for arg in ("--impl", target)]
-    return run_suite("properties", "interpretations", "--impl-properties-only", *args,
+    return run_suite("properties", "interpretations", *args,
                      report_dir=tmp_path_factory.mktemp("defective"))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.plugin import check_required_features
 from tests.runs import run_suite
 
 FORMULA = ("properties/test_formula.py", "-k", "test_output_matches_oracle")
@@ -14,6 +15,17 @@ def test_module_path_form(tmp_path):
     assert run.returncode == 0, run.output[-3000:]
     assert run.report["impls"] == ["numpy-tiled[float64]", "numpy-tiled[float32]"]
     assert {v["status"] for v in run.report["verdicts"]} == {"pass"}
+    listed = run.report["capabilities"]["numpy-tiled"]
+    assert listed["dtypes"] == ["float64", "float32"] and listed["tile_keywords"] and listed["backend"] == "numpy"
+
+
+def test_impl_checks_only_what_was_named(tmp_path):
+    """The oracle and the seeds' own code are the main job's subjects, not the user's."""
+    run = run_suite("properties/test_formula.py", "interpretations/test_bayesian.py",
+                    "--impl", "tests/outside_impls.py:einsum_attention", report_dir=tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.report["impls"] == ["tests/outside_impls.py:einsum_attention[float64]"]
+    assert {v["impl"] for v in run.report["verdicts"]} == set(run.report["impls"])
 
 
 def test_file_path_form_with_no_set_up(tmp_path):
@@ -86,7 +98,7 @@ def test_bad_target_is_a_usage_error_naming_the_problem(target, message):
 
 
 def test_missing_keywords_become_skips_with_reasons(tmp_path):
-    run = run_suite("properties/test_masking.py", "properties/test_formula.py", "--impl-properties-only",
+    run = run_suite("properties/test_masking.py", "properties/test_formula.py",
                     "--impl", "tests/outside_impls.py:plain_qkv_only", report_dir=tmp_path)
     assert run.returncode == 0, run.output[-3000:]
     name = "tests/outside_impls.py:plain_qkv_only[float64]"
@@ -94,6 +106,25 @@ def test_missing_keywords_become_skips_with_reasons(tmp_path):
     assert causal["status"] == "skip" and "lacks 'causal'" in causal["detail"]
     assert run.verdict("boolean-mask-hides-keys", name)["detail"].endswith("no `mask` keyword)")
     assert run.verdict("sdpa-formula", name)["status"] == "pass"
+
+
+def test_unknown_backend_is_a_usage_error_naming_the_valid_ones():
+    run = run_suite(*FORMULA, "--backend", "cuppy")
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "unknown backend 'cuppy'; valid: numpy, torch, cupy" in run.output
+
+
+def test_a_misspelt_required_feature_stops_the_run():
+    """requires("crosss") would skip its property on every implementation: refused at collection."""
+
+    class Item:
+        nodeid = "properties/test_x.py::test_y"
+
+        def get_closest_marker(self, name):
+            return pytest.mark.requires("crosss").mark if name == "requires" else None
+
+    with pytest.raises(pytest.UsageError, match=r"unknown features \['crosss'\]; valid: .*cross"):
+        check_required_features([Item()])
 
 
 def test_backend_without_implementations_runs_the_rest(tmp_path):

@@ -41,7 +41,7 @@ def test_the_table_ends_with_the_count(zoo_results):
 
 def test_correct_zoo_has_no_false_alarm(tmp_path):
     targets = [arg for name in correct.CORRECT for arg in ("--impl", f"zoo/correct.py:{name}")]
-    run = run_suite("properties", "interpretations", "--impl-properties-only", "--long-regimes", "no", *targets,
+    run = run_suite("properties", "interpretations", "--long-regimes", "no", *targets,
                     report_dir=tmp_path)
     unexpected = [(v["impl"], v["claim"], v["detail"][:300]) for v in run.report["verdicts"]
                   if v["status"] in ("fail", "error") and not v["expected"]]

@@ -42,7 +42,7 @@ def run_defect(defect: Defect, profile: str, workdir: Path) -> Caught:
     """One pytest process: the defect's claims' properties on the defect, with a report."""
     report_dir = workdir / defect.name
     command = [sys.executable, "-m", "pytest", "properties", "interpretations", "-q", "-p", "no:cacheprovider",
-               "--impl-properties-only", "--impl", defect.target, "--claims", ",".join(defect.breaks),
+               "--impl", defect.target, "--claims", ",".join(defect.breaks),
                "--long-regimes", "no", "--report", str(report_dir)]
     env = {k: v for k, v in os.environ.items() if k not in ("ATTN_IMPLS", "ATTN_BACKENDS")}
     env["HYPOTHESIS_PROFILE"] = profile
