@@ -156,6 +156,8 @@ def _free_shapes(draw, rules: ShapeRules) -> Shape:
         n_k = draw(drawn_length)
     else:
         n_k = n_q
+    if rules.keys_cover_queries:
+        n_q, n_k = sorted((n_q, n_k))
     d = draw(head_dims(rules.max_d))
     if rules.weights_visible and not rules.value_dim:
         d = max(d, n_k)
@@ -163,7 +165,7 @@ def _free_shapes(draw, rules: ShapeRules) -> Shape:
     heads_kv = draw(st.integers(1, 3))
     group = draw(st.sampled_from([1, 2, 3])) if rules.gqa else 1
     batch = draw(st.integers(1, 2))
-    return rules.aligned(Shape(batch, heads_kv, group, n_q, n_k, d, d_v))
+    return Shape(batch, heads_kv, group, n_q, n_k, d, d_v)
 
 
 def shapes(rules: ShapeRules) -> st.SearchStrategy[Shape]:
