@@ -6,22 +6,29 @@ n_q != n_k, head dims that are not powers of two, grouped kv heads. Values come
 from the styles in specs.problems, from tiny to scores of 3e4. Every draw
 shrinks towards the smallest, plainest problem (n = 1, d = 1, style "normal",
 seed 0), so a failure is reported on the simplest input that still fails.
+
+problems() composes shapes() (under ShapeRules), styles(), scales() and masks(); each is usable on its own.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from hypothesis import strategies as st
 
 from specs.problems import MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
 
+if TYPE_CHECKING:
+    from impls.registry import Capabilities
+
 MAX_N = 130  # past 128, the largest power-of-two tile size drawn
 MAX_TILES = 1024  # tile loops in Python stay fast enough for a property run
 TILE_BOUNDARIES = (16, 32, 64, 128)
 SCALES = (1.0, 0.5, 2.0, 0.125, 10.0, 1e-3)
+MASK_DENSITIES = (0.5, 0.1, 0.9)
 # float16 holds neither |v| ~ 1e6 nor products of entries ~1e3: keep its inputs representable.
 UNREPRESENTABLE = {"float16": {"score_style": ("huge",), "value_style": ("large",)}}
 
@@ -52,11 +59,27 @@ def tile_limit(blocks: Iterable[int]) -> int:
     return max(1, min(MAX_N, int(min(blocks, default=MAX_N) * math.sqrt(MAX_TILES))))
 
 
-# (batch, heads_kv, group, n_q, n_k, d, d_v): the only shapes an implementation that compiles per shape is
-# given (capability compiles_per_shape), so a run compiles a bounded number of kernels and shrinking moves
-# between these shapes instead of through every smaller one. Past tile boundaries, n_q != n_k both ways,
-# GQA, d_v != d, d not a power of two.
-FIXED_SHAPES = (
+class Shape(NamedTuple):
+    """The sizes of a problem; the query heads are heads_kv * group."""
+
+    batch: int
+    heads_kv: int
+    group: int
+    n_q: int
+    n_k: int
+    d: int
+    d_v: int
+
+    def fields(self) -> dict[str, int]:
+        """The size fields of a recipe (specs.problems.Recipe)."""
+        return dict(batch=self.batch, heads=self.heads_kv * self.group, heads_kv=self.heads_kv, n_q=self.n_q,
+                    n_k=self.n_k, d=self.d, d_v=self.d_v)
+
+
+# The only shapes an implementation that compiles per shape is given (capability compiles_per_shape), so a
+# run compiles a bounded number of kernels and shrinking moves between these shapes instead of through every
+# smaller one. Past tile boundaries, n_q != n_k both ways, GQA, d_v != d, d not a power of two.
+FIXED_SHAPES = tuple(Shape(*sizes) for sizes in (
     (1, 1, 1, 1, 1, 8, 8),
     (1, 1, 1, 3, 3, 4, 4),
     (2, 1, 2, 17, 17, 16, 16),
@@ -65,35 +88,65 @@ FIXED_SHAPES = (
     (2, 2, 2, 65, 65, 64, 64),
     (1, 1, 1, 129, 129, 80, 80),
     (1, 2, 2, 130, 97, 33, 17),
-)
+))
 
 
 @dataclass(frozen=True)
 class ShapeRules:
-    """What a drawn shape must satisfy: lengths, head dims, and the capabilities the caller asked for."""
+    """What a drawn shape must satisfy: lengths, head dims, and the capabilities the caller asked for.
 
-    min_n: int
-    max_n: int
-    near: tuple[int, ...]
-    max_d: int
-    gqa: bool
-    cross: bool
-    value_dim: bool
-    different_lengths: bool
-    same_lengths: bool
-    weights_visible: bool
+    The defaults admit every shape up to MAX_N and a head dim of 80, drawn freely.
+    """
 
-    def admit(self, shape: tuple[int, ...]) -> bool:
-        """Whether a (batch, heads_kv, group, n_q, n_k, d, d_v) shape obeys the rules."""
+    min_n: int = 1
+    max_n: int = MAX_N
+    near: tuple[int, ...] = ()  # block sizes whose neighbours the lengths favour
+    max_d: int = 80
+    gqa: bool = True  # heads_kv < heads allowed
+    cross: bool = True  # n_q != n_k allowed
+    value_dim: bool = True  # d_v != d allowed
+    different_lengths: bool = False  # n_q != n_k required
+    same_lengths: bool = False  # n_q == n_k required
+    weights_visible: bool = False  # d >= n_k where d_v must equal d (past max_d if need be): one-hot values fit
+    keys_cover_queries: bool = False  # n_q <= n_k: bottom-right causal alignment hides no query row entirely
+    fixed: bool = False  # drawn from FIXED_SHAPES where any is admitted (compiles_per_shape)
+
+    @classmethod
+    def for_caps(cls, caps: Capabilities | None, *, causal: bool = False, empty_rows: bool = False,
+                 **flags) -> ShapeRules:
+        """The rules `flags` (fields of ShapeRules) ask for, narrowed to what `caps` supports.
+
+        caps=None stands for an implementation that supports every shape. A causal problem without
+        empty rows for a bottom-right aligned implementation keeps n_q <= n_k.
+        """
+        rules = cls(**flags)
+        if caps is None:
+            return rules
+        max_n = max(rules.min_n, min(rules.max_n, caps.max_seq)) if caps.max_seq else rules.max_n
+        return replace(rules, max_n=max_n, gqa=rules.gqa and caps.gqa, cross=rules.cross and caps.cross,
+                       value_dim=rules.value_dim and caps.value_dim, fixed=rules.fixed or caps.compiles_per_shape,
+                       keys_cover_queries=rules.keys_cover_queries or (
+                           causal and not empty_rows and caps.causal_alignment == "bottom_right"))
+
+    def admit(self, shape: Shape) -> bool:
+        """Whether a shape obeys the rules."""
         _, _, group, n_q, n_k, d, d_v = shape
-        return (self.min_n <= min(n_q, n_k) and max(n_q, n_k) <= self.max_n and max(d, d_v) <= self.max_d
+        widened = self.weights_visible and not self.value_dim and d == n_k  # one-hot values fit past max_d
+        return (self.min_n <= min(n_q, n_k) and max(n_q, n_k) <= self.max_n and (max(d, d_v) <= self.max_d or widened)
                 and (self.gqa or group == 1) and (self.cross or n_q == n_k) and (self.value_dim or d == d_v)
                 and (not self.different_lengths or n_q != n_k) and (not self.same_lengths or n_q == n_k)
-                and (not self.weights_visible or self.value_dim or d >= n_k))
+                and (not self.weights_visible or self.value_dim or d >= n_k)
+                and (not self.keys_cover_queries or n_q <= n_k))
+
+    def aligned(self, shape: Shape) -> Shape:
+        """The shape, with n_q and n_k swapped where keys_cover_queries needs n_q <= n_k."""
+        if self.keys_cover_queries and shape.n_q > shape.n_k:
+            return shape._replace(n_q=shape.n_k, n_k=shape.n_q)
+        return shape
 
 
 @st.composite
-def _free_shape(draw, rules: ShapeRules):
+def _free_shapes(draw, rules: ShapeRules) -> Shape:
     """Any shape the rules admit: lengths around tile boundaries, head dims that are not powers of two, GQA."""
     drawn_length = lengths(rules.max_n, min_n=rules.min_n, near=rules.near)
     n_q = draw(drawn_length)
@@ -103,6 +156,8 @@ def _free_shape(draw, rules: ShapeRules):
         n_k = draw(drawn_length)
     else:
         n_k = n_q
+    if rules.keys_cover_queries:
+        n_q, n_k = sorted((n_q, n_k))
     d = draw(head_dims(rules.max_d))
     if rules.weights_visible and not rules.value_dim:
         d = max(d, n_k)
@@ -110,73 +165,66 @@ def _free_shape(draw, rules: ShapeRules):
     heads_kv = draw(st.integers(1, 3))
     group = draw(st.sampled_from([1, 2, 3])) if rules.gqa else 1
     batch = draw(st.integers(1, 2))
-    return batch, heads_kv, group, n_q, n_k, d, d_v
+    return Shape(batch, heads_kv, group, n_q, n_k, d, d_v)
+
+
+def shapes(rules: ShapeRules) -> st.SearchStrategy[Shape]:
+    """Shapes the rules admit, shrinking towards n = 1, d = 1: the admitted FIXED_SHAPES when rules.fixed
+    (aligned, and in their order), else any shape."""
+    menu = [shape for shape in map(rules.aligned, FIXED_SHAPES) if rules.admit(shape)]
+    return st.sampled_from(menu) if rules.fixed and menu else _free_shapes(rules)
+
+
+def styles(dtype: str = "float64", score_styles: tuple[str, ...] = SCORE_STYLES,
+           value_styles: tuple[str, ...] = VALUE_STYLES) -> st.SearchStrategy[dict[str, str | int]]:
+    """Recipe fields score_style, value_style and seed: the styles asked for that `dtype` represents
+    (UNREPRESENTABLE), shrinking towards the first style and seed 0."""
+    banned = UNREPRESENTABLE.get(dtype, {})
+    return st.builds(dict,
+                     score_style=st.sampled_from([s for s in score_styles if s not in banned.get("score_style", ())]),
+                     value_style=st.sampled_from([s for s in value_styles if s not in banned.get("value_style", ())]),
+                     seed=st.integers(0, 2**32 - 1))
 
 
 @st.composite
+def scales(draw, caps: Capabilities | None = None) -> float | None:
+    """A scale for the recipe: None (the default 1/sqrt(d)) or, half the time when `caps` take one, an
+    explicit scale from SCALES or [1e-3, 10]. Shrinks towards None."""
+    if (caps is None or caps.scale) and draw(st.booleans()):
+        return draw(st.one_of(st.sampled_from(SCALES), st.floats(1e-3, 10.0)))
+    return None
+
+
+def masks() -> st.SearchStrategy[dict[str, str | float]]:
+    """Recipe fields mask_layout (from MASK_LAYOUTS) and mask_density, shrinking towards a full mask of
+    density 0.5."""
+    return st.builds(dict, mask_layout=st.sampled_from(MASK_LAYOUTS), mask_density=st.sampled_from(MASK_DENSITIES))
+
+
 def problems(
-    draw,
     *,
-    caps=None,
+    caps: Capabilities | None = None,
     dtype: str = "float64",
     causal: bool = False,
     masked: bool = False,
     scale: bool = True,
-    max_n: int = MAX_N,
-    min_n: int = 1,
-    near: tuple[int, ...] = (),
     score_styles: tuple[str, ...] = SCORE_STYLES,
     value_styles: tuple[str, ...] = VALUE_STYLES,
     empty_rows: bool = False,
-    max_d: int = 80,
-    weights_visible: bool = False,
-    different_lengths: bool = False,
-    same_lengths: bool = False,
-) -> Problem:
-    """A problem an implementation with capabilities `caps` can be asked to solve in `dtype`.
+    **shape_flags,
+) -> st.SearchStrategy[Problem]:
+    """Problems an implementation with capabilities `caps` can be asked to solve in `dtype`.
 
-    causal / masked ask for those features (the caller checks the capability);
-    scale=True lets an explicit scale be drawn when the implementation takes one;
-    weights_visible=True keeps d >= n_k when d_v must equal d, so one-hot
-    values (specs.problems.one_hot_values) fit; different_lengths=True forces
-    n_q != n_k (cross-attention), same_lengths=True n_q == n_k.
+    causal / masked ask for those features (the caller checks the capability); scale=True lets an
+    explicit scale be drawn when the implementation takes one; empty_rows keeps fully masked rows.
+    shape_flags are fields of ShapeRules (min_n, max_n, near, max_d, weights_visible,
+    different_lengths, same_lengths), narrowed to `caps` by ShapeRules.for_caps.
     """
-    banned = UNREPRESENTABLE.get(dtype, {})
-    score_styles = tuple(s for s in score_styles if s not in banned.get("score_style", ()))
-    value_styles = tuple(s for s in value_styles if s not in banned.get("value_style", ()))
-    gqa = caps is None or caps.gqa
-    cross = caps is None or caps.cross
-    value_dim = caps is None or caps.value_dim
-    bottom_right = caps is not None and caps.causal_alignment == "bottom_right"
-    if caps is not None and caps.max_seq:
-        max_n = max(min_n, min(max_n, caps.max_seq))
+    rules = ShapeRules.for_caps(caps, causal=causal, empty_rows=empty_rows, **shape_flags)
 
-    rules = ShapeRules(min_n, max_n, near, max_d, gqa, cross, value_dim, different_lengths, same_lengths,
-                       weights_visible)
-    menu = [shape for shape in FIXED_SHAPES if rules.admit(shape)]
-    if caps is not None and caps.compiles_per_shape and menu:
-        batch, heads_kv, group, n_q, n_k, d, d_v = draw(st.sampled_from(menu))
-    else:
-        batch, heads_kv, group, n_q, n_k, d, d_v = draw(_free_shape(rules))
-    if causal and bottom_right and not empty_rows and n_q > n_k:
-        n_q, n_k = n_k, n_q  # bottom-right alignment hides every key from the first n_q - n_k rows
-    recipe = dict(
-        batch=batch,
-        heads=heads_kv * group,
-        heads_kv=heads_kv,
-        n_q=n_q,
-        n_k=n_k,
-        d=d,
-        d_v=d_v,
-        score_style=draw(st.sampled_from(score_styles)),
-        value_style=draw(st.sampled_from(value_styles)),
-        seed=draw(st.integers(0, 2**32 - 1)),
-        causal=causal,
-        empty_rows=empty_rows,
-    )
-    if scale and (caps is None or caps.scale) and draw(st.booleans()):
-        recipe["scale"] = draw(st.one_of(st.sampled_from(SCALES), st.floats(1e-3, 10.0)))
-    if masked:
-        recipe["mask_layout"] = draw(st.sampled_from(MASK_LAYOUTS))
-        recipe["mask_density"] = draw(st.sampled_from([0.5, 0.1, 0.9]))
-    return build(**recipe)
+    def problem(shape: Shape, style: dict[str, str | int], explicit_scale: float | None,
+                mask: dict[str, str | float]) -> Problem:
+        return build(**shape.fields(), **style, scale=explicit_scale, **mask, causal=causal, empty_rows=empty_rows)
+
+    return st.builds(problem, shapes(rules), styles(dtype, score_styles, value_styles),
+                     scales(caps) if scale else st.none(), masks() if masked else st.just({}))

@@ -6,20 +6,42 @@ property runs: `hypothesis.seed(i)` replaces the digest-derived seed and changes
 target counts as reached when at least REQUIRED of the runs draw it at least once; the targets a run
 of 15 examples misses more often are listed as strict xfails, so a strategy change that reaches them
 shows up as XPASS and the list has to be updated.
+
+Then the parts problems() is composed of, each on its own: shapes obey their ShapeRules, compiles_per_shape
+draws only FIXED_SHAPES, float16 gets no unrepresentable style, masks draw MASK_LAYOUTS, and every part
+shrinks to the plainest problem; each check is also fed a deliberately wrong strategy that it must catch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 import pytest
 from hypothesis import find, given, seed, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 
 from impls.registry import Capabilities
-from specs.problems import SCORE_STYLES, Problem
+from specs.problems import MASK_LAYOUTS, SCORE_STYLES, Problem, Recipe
 from specs.reference import repeat_kv
-from specs.strategies import TILE_BOUNDARIES, problems
+from specs.strategies import (
+    FIXED_SHAPES,
+    MASK_DENSITIES,
+    MAX_N,
+    TILE_BOUNDARIES,
+    Shape,
+    ShapeRules,
+    masks,
+    problems,
+    scales,
+    shapes,
+    styles,
+)
+
+T = TypeVar("T")
 
 RUNS = 100
 REQUIRED = 0.9  # a bug shown only by one target goes unseen by at most 1 property run in 10
@@ -102,3 +124,162 @@ def test_capabilities_are_respected():
 def test_float16_problems_stay_representable():
     p = find(problems(dtype="float16"), lambda p: p.recipe.score_style == "large", settings=SEARCH)
     assert p.recipe.value_style != "large" and np.all(np.isfinite(p.v.astype(np.float16)))
+
+
+# The parts problems() is composed of, each on its own. Each check is a predicate on a draw, searched for
+# by `counterexample`; the same predicate fed a deliberately wrong strategy must find one (test_*_is_caught),
+# so a check that could not tell a wrong rule from a right one fails too.
+PARTS = settings(max_examples=300, database=None, deadline=None)
+LOOK = settings(max_examples=500, database=None, deadline=None)
+
+
+def counterexample(strategy: st.SearchStrategy[T], breaks: Callable[[T], bool]) -> T | None:
+    """The smallest draw of `strategy` for which `breaks` holds, or None when LOOK finds none."""
+    try:
+        return find(strategy, breaks, settings=LOOK)
+    except NoSuchExample:
+        return None
+
+
+@st.composite
+def rule_sets(draw) -> ShapeRules:
+    """Consistent rules: some lengths lie within [min_n, max_n], n_q != n_k is required only where allowed."""
+    min_n = draw(st.integers(1, 5))
+    cross = draw(st.booleans())
+    different_lengths = cross and draw(st.booleans())
+    return ShapeRules(min_n=min_n, max_n=draw(st.integers(min_n + 1, MAX_N)),
+                      near=tuple(draw(st.lists(st.integers(1, 65), max_size=2))), max_d=draw(st.integers(1, 80)),
+                      gqa=draw(st.booleans()), cross=cross, value_dim=draw(st.booleans()),
+                      different_lengths=different_lengths, same_lengths=not different_lengths and draw(st.booleans()),
+                      weights_visible=draw(st.booleans()), keys_cover_queries=draw(st.booleans()),
+                      fixed=draw(st.booleans()))
+
+
+@PARTS
+@given(rules=rule_sets(), data=st.data())
+def test_shapes_obey_their_rules(rules, data):
+    assert rules.admit(data.draw(shapes(rules)))
+
+
+# Rules under which a shape strategy that ignores one of them draws a shape they do not admit.
+IGNORED = {
+    "different_lengths": ShapeRules(different_lengths=True),
+    "same_lengths": ShapeRules(same_lengths=True),
+    "cross": ShapeRules(cross=False),
+    "gqa": ShapeRules(gqa=False),
+    "value_dim": ShapeRules(value_dim=False),
+    "weights_visible": ShapeRules(value_dim=False, weights_visible=True),
+    "keys_cover_queries": ShapeRules(keys_cover_queries=True),
+    "max_d": ShapeRules(max_d=4),
+    "min_n": ShapeRules(min_n=3),
+    "max_n": ShapeRules(max_n=10),
+}
+
+
+@pytest.mark.parametrize("field", IGNORED)
+def test_a_shape_strategy_ignoring_a_rule_is_caught(field):
+    rules = IGNORED[field]
+    assert counterexample(shapes(rules), lambda s: not rules.admit(s)) is None
+    ignoring = replace(rules, **{field: getattr(ShapeRules(), field)})
+    assert counterexample(shapes(ignoring), lambda s: not rules.admit(s)) is not None
+
+
+def test_bottom_right_lengths_are_ordered_before_d_is_widened():
+    """Swapping n_q and n_k after widening d to n_k (as the strategy once did) leaves d < n_k: one-hot
+    values do not fit."""
+    rules = ShapeRules(value_dim=False, weights_visible=True, keys_cover_queries=True)
+    assert counterexample(shapes(rules), lambda s: not rules.admit(s)) is None
+    swapped_late = shapes(replace(rules, keys_cover_queries=False)).map(rules.aligned)
+    assert counterexample(swapped_late, lambda s: s.d < s.n_k) is not None
+
+
+@pytest.mark.parametrize("options", [{}, dict(different_lengths=True), dict(same_lengths=True, min_n=2),
+                                     dict(value_dim=False, weights_visible=True), dict(gqa=False, cross=False),
+                                     dict(keys_cover_queries=True)], ids=lambda o: ",".join(o) or "plain")
+def test_fixed_rules_draw_only_fixed_shapes(options):
+    """compiles_per_shape: only FIXED_SHAPES (n_q, n_k swapped where keys_cover_queries needs it). A strategy
+    ignoring `fixed` draws free shapes and is caught."""
+    rules = ShapeRules(fixed=True, **options)
+    menu = [rules.aligned(s) for s in FIXED_SHAPES]
+    assert counterexample(shapes(rules), lambda s: s not in menu) is None
+    assert counterexample(shapes(replace(rules, fixed=False)), lambda s: s not in menu) is not None
+
+
+def test_for_caps_narrows_the_flags_to_the_capabilities():
+    caps = Capabilities(gqa=False, cross=False, value_dim=False, max_seq=50, compiles_per_shape=True,
+                        causal_alignment="bottom_right")
+    assert ShapeRules.for_caps(caps, causal=True, min_n=2, max_n=100) == ShapeRules(
+        min_n=2, max_n=50, gqa=False, cross=False, value_dim=False, keys_cover_queries=True, fixed=True)
+    assert not ShapeRules.for_caps(caps, causal=True, empty_rows=True).keys_cover_queries
+    assert ShapeRules.for_caps(None, max_d=4, causal=True) == ShapeRules(max_d=4)
+
+
+def _unrepresentable_in_float16(style: dict) -> bool:
+    return style["score_style"] == "huge" or style["value_style"] == "large"
+
+
+def test_float16_styles_stay_representable():
+    """styles() for float16 never draws what UNREPRESENTABLE lists; styles drawn as for float64 are caught."""
+    assert counterexample(styles("float16"), _unrepresentable_in_float16) is None
+    assert counterexample(styles("float64"), _unrepresentable_in_float16) is not None
+
+
+@PARTS
+@given(style=styles("float32", score_styles=("tiny", "spiky"), value_styles=("offset",)))
+def test_styles_draw_only_the_styles_asked_for(style):
+    assert style["score_style"] in ("tiny", "spiky") and style["value_style"] == "offset"
+
+
+def test_scales_only_where_the_implementation_takes_one():
+    """A scale is drawn only for implementations that take one (scales ignoring `caps` are caught), within
+    [1e-3, 10]."""
+    assert counterexample(scales(Capabilities(scale=False)), lambda s: s is not None) is None
+    assert counterexample(scales(), lambda s: s is not None) is not None
+    assert counterexample(scales(Capabilities(scale=True)), lambda s: s is not None and not 1e-3 <= s <= 10) is None
+
+
+def _layout_errors(strategy: st.SearchStrategy[dict]) -> list[str]:
+    """The MASK_LAYOUTS `strategy` never draws, then any layout it draws outside MASK_LAYOUTS."""
+    missed = [layout for layout in MASK_LAYOUTS
+              if counterexample(strategy, lambda m, layout=layout: m["mask_layout"] == layout) is None]
+    outside = counterexample(strategy, lambda m: m["mask_layout"] not in MASK_LAYOUTS)
+    return missed + ([outside["mask_layout"]] if outside else [])
+
+
+def test_masks_draw_every_mask_layout_and_only_those():
+    assert _layout_errors(masks()) == []
+    renamed = masks().map(lambda m: {**m, "mask_layout": m["mask_layout"].replace("key_padding", "padding")})
+    assert _layout_errors(renamed) == ["key_padding", "padding"]
+
+
+@PARTS
+@given(mask=masks())
+def test_masks_draw_listed_densities(mask):
+    assert mask["mask_density"] in MASK_DENSITIES
+
+
+PLAINEST = {
+    "shapes": (shapes(ShapeRules()), Shape(1, 1, 1, 1, 1, 1, 1)),
+    "shapes, min_n=2": (shapes(ShapeRules(min_n=2)), Shape(1, 1, 1, 2, 2, 1, 1)),
+    "shapes, different lengths": (shapes(ShapeRules(different_lengths=True)), Shape(1, 1, 1, 1, 2, 1, 1)),
+    "shapes, fixed": (shapes(ShapeRules(fixed=True)), FIXED_SHAPES[0]),
+    "styles": (styles(), dict(score_style="normal", value_style="normal", seed=0)),
+    "scales": (scales(), None),
+    "masks": (masks(), dict(mask_layout="full", mask_density=0.5)),
+    "problems": (problems().map(lambda p: p.recipe), Recipe()),
+    "masked problems": (problems(masked=True).map(lambda p: p.recipe), Recipe(mask_layout="full")),
+    "causal problems": (problems(causal=True).map(lambda p: p.recipe), Recipe(causal=True)),
+}
+
+
+@pytest.mark.parametrize("part", PLAINEST)
+def test_draws_shrink_to_the_plainest(part):
+    """Every part shrinks to n = 1, d = 1, style normal, seed 0, no scale, a full mask of density 0.5: its
+    plainest choice comes first (sampled_from shrinks to the first element, integers to the lower bound)."""
+    strategy, plainest = PLAINEST[part]
+    assert find(strategy, lambda _: True, settings=SEARCH) == plainest
+
+
+def test_a_part_listing_another_style_first_is_caught():
+    plainest = PLAINEST["styles"][1]
+    assert find(styles(score_styles=SCORE_STYLES[::-1]), lambda _: True, settings=SEARCH) != plainest
