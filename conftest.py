@@ -7,7 +7,7 @@ Options (CONTRACT 1 and 2, DESIGN.md):
                      cupy; repeatable; env ATTN_BACKENDS)
   --report DIR       write report.json, report.md and report.html
   --impl-timeout S   a single implementation call longer than this fails
-  --impl-properties-only   deselect the checks of the oracle and of seed code
+  --isolate auto|yes|no   calls in a worker process (auto: --impl targets and native records)
   --long-regimes auto|yes|no   long sequences and d = 256 (auto: only with --impl)
   --claims SLUG,...  run only the properties of these claims
 Profiles (--hypothesis-profile or HYPOTHESIS_PROFILE): dev (default), ci, thorough.
@@ -47,9 +47,10 @@ def pytest_addoption(parser) -> None:
                     help="write report.json, report.md and report.html to DIR")
     group.addoption("--impl-timeout", type=float, default=20.0, metavar="SECONDS",
                     help="fail an implementation call that runs longer than this (default 20)")
+    group.addoption("--isolate", choices=("auto", "yes", "no"), default="auto",
+                    help="run implementation calls in a worker process, so a crash fails one property, not the run: "
+                         "auto = implementations named with --impl and records declaring native code (default)")
     group.addoption("--long-regimes", choices=("auto", "yes", "no"), default="auto",
                     help="run the long regimes (n >= 1025, d = 256): auto = only with --impl (default)")
     group.addoption("--claims", action="append", default=[], metavar="SLUG[,SLUG]",
                     help="run only the properties of these claims (repeatable, comma-separated)")
-    group.addoption("--impl-properties-only", action="store_true",
-                    help="run only properties that take an implementation (skip oracle and seed-code checks)")

@@ -26,10 +26,10 @@ from hypothesis import settings
 
 from harness.declarations import RUNNING, RunningCheck
 from harness.evidence import PropertyViolation
+from harness.guarded_call import CallSettings
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
-from harness.trial import CallSettings
 from harness.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
 from impls.registry import (
     BACKENDS,
@@ -82,6 +82,14 @@ def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
     return builtin_impls(backends)
 
 
+def isolated_targets(option: str, impls: list, named: bool) -> frozenset[str]:
+    """Whose calls run in a worker process: all (yes), none (no), or (auto) implementations named with --impl,
+    which declare nothing and are the ones that crash, and records that declare native code."""
+    if option == "auto":
+        return frozenset(impl.target for impl in impls if named or impl.capabilities.native)
+    return frozenset(impl.target for impl in impls) if option == "yes" else frozenset()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "claims(*slugs, subject='oracle'): the catalogue claims a test checks")
     config.addinivalue_line("markers", "requires(*features): capabilities the implementation needs")
@@ -96,6 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if unknown:
         raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
     CallSettings.timeout_s = config.getoption("impl_timeout")
+    CallSettings.isolated_targets = isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config)))
     state = RunState(variants(impls), unavailable, claims)
     config.stash[STATE] = state
     config.pluginmanager.register(_Collector(state), "attention-verdicts")

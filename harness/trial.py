@@ -1,16 +1,13 @@
-"""One implementation on one problem: guarded calls, the oracle, and checks that explain themselves.
+"""One implementation on one problem: its inputs, its calls, the oracle, and checks that explain themselves.
 
-CONTRACT 1's failure rules live here: an implementation that raises, returns
-something that is not an array, the wrong shape or dtype, or takes longer than
-the call limit fails the property with that message, and the run goes on.
+A call that breaks CONTRACT 1 (harness.guarded_call; a crash of an isolated worker, harness.isolation)
+and a comparison beyond the tolerance (harness.assertions) both fail the property with a violation that
+carries the input and a reproduction snippet (harness.repro); the run goes on.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from contextlib import contextmanager
 from typing import NoReturn
 
 import numpy as np
@@ -21,6 +18,9 @@ from hypothesis.control import current_build_context
 from harness.assertions import compare
 from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
+from harness.guarded_call import CallFailed, CallSettings, call_in_process, checked_array, non_finite_summary
+from harness.isolation import call_isolated
+from harness.repro import call_line, index_code, repro_snippet
 from impls.registry import Variant
 from specs.layouts import to_layout
 from specs.problems import Problem
@@ -33,65 +33,6 @@ from specs.tolerance import (
     metamorphic_allowance,
     own_rounding_bound,
 )
-
-
-class CallSettings:
-    """Run-wide settings the pytest plugin fills from the command line."""
-
-    timeout_s: float = 20.0
-
-
-class ImplTimeout(Exception):
-    """Raised inside an implementation that ran past the call limit."""
-
-
-@contextmanager
-def _time_limit(seconds: float):
-    """SIGALRM-based limit; a no-op where signals are unavailable (non-main thread, Windows)."""
-    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable or seconds <= 0:
-        yield
-        return
-
-    def expire(signum, frame):
-        raise ImplTimeout
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def as_numpy(value: object) -> np.ndarray | None:
-    """NumPy, torch and CuPy arrays as NumPy; anything else as None."""
-    if isinstance(value, np.ndarray):
-        return value
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
-    if type(value).__module__.startswith("cupy") and hasattr(value, "get"):
-        return value.get()
-    return None
-
-
-def _index_code(index: tuple) -> str:
-    """Python source for an index tuple of Ellipsis, full slices and integer arrays."""
-    parts = []
-    for item in index:
-        if item is Ellipsis:
-            parts.append("...")
-        elif isinstance(item, slice) and item == slice(None):
-            parts.append(":")
-        else:
-            parts.append(repr(np.asarray(item).tolist()))
-    return ", ".join(parts)
-
-
-def _call_line(extra: dict, args: str = "q, k, v") -> str:
-    parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
-    return f"out = fn({', '.join(parts)})"
 
 
 class Trial:
@@ -144,17 +85,15 @@ class Trial:
 
     def call_on(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], problem: Problem, **extra) -> object:
         """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them)."""
-        q, k, v = arrays
-        limit = CallSettings.timeout_s
+        impl = self.variant.impl
+        kwargs = {**problem.kwargs(), **extra}
         started = time.perf_counter()
         try:
-            with _time_limit(limit):
-                return self.variant.impl.fn(q, k, v, **problem.kwargs(), **extra)
-        except ImplTimeout:
-            self.fail(f"the call took longer than {limit:g} s", problem, call=_call_line(extra))
-        except Exception as exc:  # the implementation's own failure is the finding
-            self.fail(f"the implementation raised {type(exc).__name__}: {exc}", problem,
-                      call=_call_line(extra))
+            if impl.target in CallSettings.isolated_targets:
+                return call_isolated(impl.target, arrays, self.layout, kwargs)
+            return call_in_process(impl.fn, arrays, kwargs)
+        except CallFailed as failure:
+            self.fail(failure.summary, problem, call=call_line(extra))
         finally:
             running = RUNNING.get()
             if running is not None:
@@ -164,27 +103,21 @@ class Trial:
         """The implementation's output as float64, after checking its type, shape and dtype."""
         problem = problem or self.problem
         raw = self.call_raw(problem, **extra)
-        return self.check_output(raw, problem, call=_call_line(extra))
+        return self.check_output(raw, problem, call=call_line(extra))
 
     def check_output(self, raw: object, problem: Problem, *, call: str | None,
                      expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:
         """The output as float64 after checking its type, shape and dtype, and (finite=True) that it is finite
         wherever the oracle is; finite=False leaves non-finite values for the caller to judge."""
-        out = as_numpy(raw)
-        if out is None:
-            self.fail(f"returned a {type(raw).__name__}, not a NumPy, torch or CuPy array", problem, call=call)
         b, h, n_q, _ = problem.q.shape
-        expected_shape = expect_shape or (b, h, n_q, problem.v.shape[-1])
-        if out.shape != expected_shape:
-            self.fail(f"returned shape {out.shape}, expected {expected_shape} (batch, heads, n_q, d_v)",
-                      problem, call=call)
-        if out.dtype != self.dtype:
-            self.fail(f"returned dtype {out.dtype} for {self.dtype} inputs", problem, call=call)
-        if finite and not np.all(np.isfinite(out)):
+        try:
+            out = checked_array(raw, shape=expect_shape or (b, h, n_q, problem.v.shape[-1]), dtype=self.dtype)
+        except CallFailed as failure:
+            self.fail(failure.summary, problem, call=call)
+        summary = non_finite_summary(out) if finite else None
+        if summary:
             self.oracle(problem)  # rejects inputs on which the naive formula overflows in this dtype too
-            where = tuple(int(i) for i in np.argwhere(~np.isfinite(out))[0])
-            self.fail(f"returned {out[where]} at out{list(where)} where the oracle is finite "
-                      f"({int(np.sum(~np.isfinite(out)))} non-finite elements)", problem, call=call)
+            self.fail(summary, problem, call=call)
         return out.astype(np.float64)
 
     # -- the oracle ---------------------------------------------------------
@@ -200,42 +133,13 @@ class Trial:
             reject()
 
     # -- verdicts -----------------------------------------------------------
-    def repro(self, problem: Problem, call: str | None = None, script: str | None = None) -> str:
-        """A snippet that rebuilds the input and shows the failure.
-
-        `call` replaces the default call line; `script` replaces both the call
-        and the default comparison with the oracle.
-        """
-        impl = self.variant.impl
-        lines = [
-            "import numpy as np",
-            "from impls.registry import load_impl",
-            "from specs import examples",
-            "from specs.layouts import to_layout",
-            "from specs.problems import build, one_hot_values",
-            "from specs.reference import attention",
-            problem.code(),
-            f"fn = load_impl({impl.target!r}).fn",
-            f"q, k, v = (x.astype({self.variant.dtype!r}) for x in (p.q, p.k, p.v))",
-        ]
-        if self.layout != "contiguous":
-            lines.append(f"q, k, v = (to_layout(x, {self.layout!r}) for x in (q, k, v))")
-        if script is not None:
-            return "\n".join(lines + [script])
-        lines += [
-            call or _call_line({}),
-            "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
-            f"causal_alignment={impl.capabilities.causal_alignment!r})",
-            "print(np.abs(np.asarray(out, dtype=float) - oracle.out).max())",
-        ]
-        return "\n".join(lines)
-
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
              call: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several."""
         problem = problem or self.problem
-        fields = dict(impl=self.variant.name, problem=problem, details=details,
-                      repro=self.repro(problem, call, script), claim=claim)
+        repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype, layout=self.layout,
+                              causal_alignment=self.variant.capabilities.causal_alignment, call=call, script=script)
+        fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim)
         violation = PropertyViolation(summary, **fields)
         running = RUNNING.get()
         if running is not None:
@@ -275,8 +179,8 @@ class Trial:
             *extra,
             f"q, k, v = (x.astype({self.variant.dtype!r}) for x in (p.q, p.k, p.v))",
             "out_t = fn(q, k, v, **p.kwargs())",
-            f"print(np.abs(np.asarray(out_t, dtype=float)[{_index_code(got_index)}] - "
-            f"np.asarray(out, dtype=float)[{_index_code(expected_index)}]).max())",
+            f"print(np.abs(np.asarray(out_t, dtype=float)[{index_code(got_index)}] - "
+            f"np.asarray(out, dtype=float)[{index_code(expected_index)}]).max())",
         ])
         self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem, script=script)
 
@@ -316,4 +220,4 @@ def check_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
     """The central check: the implementation's output is within the tolerance model of the oracle."""
     trial = Trial(variant, problem)
     oracle, allowance = trial.oracle()
-    trial.expect_close(trial.call(**extra), oracle.out, allowance, call=_call_line(extra))
+    trial.expect_close(trial.call(**extra), oracle.out, allowance, call=call_line(extra))

@@ -67,6 +67,7 @@ class Capabilities:
     lse: bool = False  # accepts return_lse=True and returns (out, lse)
     fused: bool = False  # one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul
     compiles_per_shape: bool = False  # every new shape compiles (jax.jit, torch.compile): draw from FIXED_SHAPES
+    native: bool = False  # compiled code that may crash its process: calls run isolated (harness.isolation)
 
     @property
     def paged(self) -> bool:

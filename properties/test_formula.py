@@ -15,9 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.evidence import PropertyViolation
+from harness.guarded_call import CallFailed
 from harness.markers import checks
 from harness.observe import ObservedWeights, observe_weights
-from harness.trial import ImplTimeout, Trial, check_against_oracle, problems_for
+from harness.trial import Trial, check_against_oracle, problems_for
 from specs import examples
 from specs.catalogue import load_claims
 from specs.problems import Problem, build
@@ -157,11 +158,11 @@ def mismatched_values(problem: Problem) -> list[Problem]:
 
 
 def expect_rejected(trial: Trial, problem: Problem) -> None:
-    """The implementation raises on `problem` (a call that runs past the limit is still a failure)."""
+    """The implementation raises on `problem` (a call that runs past the limit or crashes is still a failure)."""
     try:
         raw = trial.call_raw(problem)
     except PropertyViolation as violation:
-        if isinstance(violation.__context__, ImplTimeout):
+        if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
             raise
         return
     returned = tuple(raw.shape) if hasattr(raw, "shape") else type(raw).__name__

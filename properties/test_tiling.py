@@ -12,8 +12,9 @@ from hypothesis import given, reject
 from hypothesis import strategies as st
 
 from harness.blocked import check_any_block_sizes
+from harness.guarded_call import as_numpy
 from harness.markers import checks
-from harness.trial import Trial, as_numpy, problems_for
+from harness.trial import Trial, problems_for
 from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import Allowance, ToleranceUndefined, lse_allowance, merge_allowance

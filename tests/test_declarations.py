@@ -17,7 +17,7 @@ from impls.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
 from tests.runs import run_suite
 
-MASKING = ("properties/test_masking.py::test_masked_attention_matches_oracle")
+MASKING = ("properties/test_masking.py::test_masked_attention_matches_oracle",)
 
 
 def _declared_run(name: str, tmp_path):

@@ -1,0 +1,101 @@
+"""CONTRACT 1's failure rules for one call: a time limit, exceptions caught, the output converted and checked.
+
+An implementation that raises, runs past the limit, or returns something that is not an array of the right
+shape and dtype raises `CallFailed` with a one-line summary (harness.isolation adds a crash of its worker
+process); the caller (harness.trial) turns it into the property's violation, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import numpy as np
+
+
+class CallSettings:
+    """Run-wide settings the pytest plugin fills from the command line."""
+
+    timeout_s: float = 20.0
+    isolated_targets: frozenset[str] = frozenset()  # implementations whose calls run in a worker process
+
+
+class CallFailed(Exception):
+    """The implementation broke CONTRACT 1 on this call; `summary` says how, `kind` is one of
+    raised, timeout, crashed, output (the returned object's type, shape, dtype or finiteness)."""
+
+    def __init__(self, summary: str, kind: str) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.kind = kind
+
+
+class ImplTimeout(Exception):
+    """Raised inside an implementation that ran past the call limit."""
+
+
+@contextmanager
+def _time_limit(seconds: float):
+    """SIGALRM-based limit; a no-op where signals are unavailable (non-main thread, Windows)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or seconds <= 0:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise ImplTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def as_numpy(value: object) -> np.ndarray | None:
+    """NumPy, torch and CuPy arrays as NumPy; anything else as None."""
+    if isinstance(value, np.ndarray):
+        return value
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    if type(value).__module__.startswith("cupy") and hasattr(value, "get"):
+        return value.get()
+    return None
+
+
+def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict) -> object:
+    """fn(q, k, v, **kwargs) under the time limit."""
+    limit = CallSettings.timeout_s
+    try:
+        with _time_limit(limit):
+            return fn(*arrays, **kwargs)
+    except ImplTimeout:
+        raise CallFailed(f"the call took longer than {limit:g} s", "timeout") from None
+    except Exception as exc:  # the implementation's own failure is the finding
+        raise CallFailed(f"the implementation raised {type(exc).__name__}: {exc}", "raised") from exc
+
+
+def checked_array(raw: object, *, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The output as NumPy, after checking its type, shape and dtype (CallFailed otherwise)."""
+    out = as_numpy(raw)
+    if out is None:
+        raise CallFailed(f"returned a {type(raw).__name__}, not a NumPy, torch or CuPy array", "output")
+    if out.shape != shape:
+        raise CallFailed(f"returned shape {out.shape}, expected {shape} (batch, heads, n_q, d_v)", "output")
+    if out.dtype != dtype:
+        raise CallFailed(f"returned dtype {out.dtype} for {dtype} inputs", "output")
+    return out
+
+
+def non_finite_summary(out: np.ndarray) -> str | None:
+    """Where the output is not finite (its first such element and the count), or None."""
+    bad = ~np.isfinite(out)
+    if not bad.any():
+        return None
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    count = int(bad.sum())
+    return f"returned {out[where]} at out{list(where)} where the oracle is finite ({count} non-finite elements)"

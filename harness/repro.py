@@ -1,0 +1,58 @@
+"""The reproduction snippet of a failed property: Python that rebuilds the input and shows the failure."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specs.problems import Problem
+
+IMPORTS = (
+    "import numpy as np",
+    "from impls.registry import load_impl",
+    "from specs import examples",
+    "from specs.layouts import to_layout",
+    "from specs.problems import build, one_hot_values",
+    "from specs.reference import attention",
+)
+
+
+def call_line(extra: dict, args: str = "q, k, v") -> str:
+    """The line that calls the implementation with the problem's keywords and `extra`."""
+    parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
+    return f"out = fn({', '.join(parts)})"
+
+
+def index_code(index: tuple) -> str:
+    """Python source for an index tuple of Ellipsis, full slices and integer arrays."""
+    parts = []
+    for item in index:
+        if item is Ellipsis:
+            parts.append("...")
+        elif isinstance(item, slice) and item == slice(None):
+            parts.append(":")
+        else:
+            parts.append(repr(np.asarray(item).tolist()))
+    return ", ".join(parts)
+
+
+def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
+                  call: str | None = None, script: str | None = None) -> str:
+    """Rebuild `problem`, load the implementation `target`, lay the inputs out as the property did, then
+    run `script` if given, else `call` (default: call_line({})) and print its distance from the oracle."""
+    lines = [
+        *IMPORTS,
+        problem.code(),
+        f"fn = load_impl({target!r}).fn",
+        f"q, k, v = (x.astype({dtype!r}) for x in (p.q, p.k, p.v))",
+    ]
+    if layout != "contiguous":
+        lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
+    if script is not None:
+        return "\n".join(lines + [script])
+    lines += [
+        call or call_line({}),
+        "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
+        f"causal_alignment={causal_alignment!r})",
+        "print(np.abs(np.asarray(out, dtype=float) - oracle.out).max())",
+    ]
+    return "\n".join(lines)
