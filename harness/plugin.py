@@ -31,13 +31,13 @@ from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
 from harness.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
+from impls.records import builtin_impls
 from impls.registry import (
     BACKENDS,
     FEATURES,
     ImplLoadError,
     Unavailable,
     Variant,
-    builtin_impls,
     load_impl,
     variants,
 )

@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from harness.declarations import expected_failure
+from impls.records import is_builtin
 from impls.registry import Unavailable, Variant
 from specs.catalogue import Claim
 
@@ -171,7 +172,7 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
     """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
     (the run is reproducible, so the record's declaration is wrong: exit 1)."""
     fatal = False
-    outside = {variant.impl for variant in state.variants if not variant.impl.builtin}  # built-ins: tests/
+    outside = {variant.impl for variant in state.variants if not is_builtin(variant.impl)}  # built-ins: tests/
     for impl in outside:
         for scope in impl.known_defects:
             registered = {_short(name) for name in state.registered.get(scope.claim, ())}
@@ -180,7 +181,7 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
                 state.warnings.append(f"WARNING: {impl.name} declares properties {strays} for '{scope.claim}', "
                                       f"which are not among its properties collected here: {sorted(registered)}")
     for variant, declaration in uncaught_declarations(state):
-        error = variant.impl.builtin and derandomized
+        error = is_builtin(variant.impl) and derandomized
         fatal |= error
         state.warnings.append(f"{'ERROR' if error else 'WARNING'}: {variant.name} declares a known defect that "
                               f"no property caught: {declaration}")

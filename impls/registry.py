@@ -6,7 +6,8 @@ Keywords present in the signature are features it has; the optional attribute
 declares the claims it is known to break, each scoped to how it fails
 (impls.defects: dtypes, properties, a regex on the message). Built-in records
 use the `attention_impl` decorator, which only sets those same attributes, so
-one mechanism reads built-in and outside implementations alike.
+one mechanism reads built-in and outside implementations alike; the list of
+built-in records is impls.records.
 """
 
 from __future__ import annotations
@@ -25,21 +26,6 @@ from pathlib import Path
 from impls.defects import DefectDeclarationError, DefectScope, parse_known_defects
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
-
-BUILTIN_TARGETS = (
-    "impls.numpy_reference:reference_attention",
-    "impls.numpy_tiled:tiled_attention",
-    "impls.numpy_paged:paged_attention",
-    "impls.numpy_split_kv:split_kv_attention",
-    "impls.seed000_exp_ratio:exp_ratio_attention",
-    "impls.seed000_three_line:three_line_attention",
-    "impls.seed001_multihead:seed_multi_head_attention",
-    "impls.seed002_tiled:memory_optimized_tiled_attention",
-    "impls.seed002_tiled:hardware_aware_attention",
-    "impls.torch_sdpa:sdpa_math",
-    "impls.torch_sdpa:sdpa_flash_cpu",
-    "impls.torch_mha:multihead_attention_module",
-)
 
 SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p")
 BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
@@ -109,11 +95,6 @@ class Impl:
     known_defects: tuple[DefectScope, ...]
     backend: str
     unavailable: str | None = None  # why it cannot run on this machine
-
-    @property
-    def builtin(self) -> bool:
-        """A record this project maintains (its declarations must all be caught under the `ci` profile)."""
-        return self.target in BUILTIN_TARGETS
 
     def declared_claims(self) -> set[str]:
         return {scope.claim for scope in self.known_defects}
@@ -202,7 +183,7 @@ def _import_target(target: str) -> Callable:
         try:
             module = importlib.import_module(where)
         except ImportError:
-            raise  # a missing backend: builtin_impls reports the record as unavailable
+            raise  # a missing backend: impls.records reports the record as unavailable
         except Exception as exc:
             raise ImplLoadError(f"--impl {target!r}: importing {where} raised {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attr, None)
@@ -239,25 +220,6 @@ class Unavailable:
 
     target: str
     reason: str
-
-
-def builtin_impls(backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unavailable]]:
-    """Every built-in record, split into those that can run here and those that cannot."""
-    ready: list[Impl] = []
-    missing: list[Unavailable] = []
-    for target in BUILTIN_TARGETS:
-        try:
-            impl = load_impl(target)
-        except ImportError as exc:
-            missing.append(Unavailable(target, f"{exc.name or exc} is not installed"))
-            continue
-        if backends and impl.backend not in backends:
-            continue
-        if impl.unavailable:
-            missing.append(Unavailable(target, impl.unavailable))
-        else:
-            ready.append(impl)
-    return ready, missing
 
 
 def variants(impls: list[Impl]) -> list[Variant]:

@@ -13,7 +13,7 @@ from specs.tolerance import forward_allowance
 
 torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
 
-from interpretations.seed002_readings import bayesian_attention  # noqa: E402
+from impls.seed_code.seed002_readings import bayesian_attention  # noqa: E402
 
 SUBJECT = "seed002-bayesian"
 

@@ -14,7 +14,7 @@ from specs.tolerance import score_perturbation_allowance, unit_roundoff
 
 torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
 
-from interpretations.seed002_readings import differential_geometric_attention  # noqa: E402
+from impls.seed_code.seed002_readings import differential_geometric_attention  # noqa: E402
 
 
 def _run(q, k, v):

@@ -42,7 +42,7 @@ U = unit_roundoff(np.float64)
 
 def _seed_code(q, k, v):
     torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
-    from interpretations.seed002_readings import geometric_attention_interpretation
+    from impls.seed_code.seed002_readings import geometric_attention_interpretation
 
     out, weights = geometric_attention_interpretation(*(torch.from_numpy(x[0, 0]) for x in (q, k, v)))
     return out.numpy()[None, None], weights.numpy()[None, None]

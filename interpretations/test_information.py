@@ -13,7 +13,7 @@ from specs.strategies import head_dims
 
 torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
 
-from interpretations.seed002_readings import information_theoretic_attention  # noqa: E402
+from impls.seed_code.seed002_readings import information_theoretic_attention  # noqa: E402
 
 SUBJECT = "seed002-information"
 sizes = dict(n=st.integers(2, 16), d=head_dims(16).filter(lambda d: d >= 2), seed=st.integers(0, 2**32 - 1))

@@ -19,7 +19,7 @@ from specs.statistics import ALPHA, hoeffding_radius
 
 torch = pytest.importorskip("torch", reason="the seeds' code is written in torch")
 
-from interpretations.seed002_readings import differential_geometric_attention  # noqa: E402  (needs torch)
+from impls.seed_code.seed002_readings import differential_geometric_attention  # noqa: E402  (needs torch)
 
 
 def raised_as_written(source: str) -> str | None:

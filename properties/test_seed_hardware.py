@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from harness.markers import checks
 from harness.peak_memory import MeasurementUnavailable, Probe, growth, peak_bytes
-from impls.seed002_hardware import MemoryAwareAttention
+from impls.seed_code.seed002_memory_aware import MemoryAwareAttention
 
 torch = pytest.importorskip("torch", reason="the seed's hardware code works on torch tensors")
 
-from impls.seed002_tiled import HardwareAwareAttention  # noqa: E402  (needs torch)
+from impls.seed_code.seed002_blockwise import HardwareAwareAttention  # noqa: E402  (needs torch)
 
 Formula = Callable[[object, object, object], int]
 SEED_FORMULA: Formula = MemoryAwareAttention(d_model=64, seq_len=64).analyze_memory_footprint

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from harness.markers import checks
-from impls.seed002_gpu_limits import (
+from harness.cuda_compiler import COMPILERS, CompilerUnavailable, compile_kernel
+from harness.gpu_limits import (
     BLOCK_THREADS,
     SHARED_PROBE_BYTES,
     DeviceLimits,
@@ -18,7 +18,8 @@ from impls.seed002_gpu_limits import (
     registers_per_thread,
     static_shared_limits,
 )
-from impls.seed002_hardware import COMPILERS, CompilerUnavailable, MemoryAwareAttention, compile_kernel
+from harness.markers import checks
+from impls.seed_code.seed002_memory_aware import MemoryAwareAttention
 
 SEED_LIMITS = MemoryAwareAttention(d_model=64, seq_len=64)  # the constants do not depend on the arguments
 REGISTER_BYTES = 4  # one 32-bit register

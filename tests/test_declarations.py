@@ -13,6 +13,7 @@ import pytest
 
 from harness.verdicts import Outcome, RunState, aggregate, judge_declarations, uncaught_declarations
 from impls.defects import DefectDeclarationError, DefectScope, parse_known_defects
+from impls.records import is_builtin
 from impls.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
 from tests.runs import run_suite
@@ -133,7 +134,7 @@ def test_uncaught_declarations_are_found_only_when_their_properties_ran():
     scope = DefectScope("sdpa-formula", "why", ("float64",), ("test_output_matches_oracle",))
     variant = _builtin_variant((scope,))
     state = RunState([variant], [], load_claims())
-    assert variant.impl.builtin
+    assert is_builtin(variant.impl)
     assert uncaught_declarations(state) == []  # nothing ran
     state.collected[("sdpa-formula", variant.name)].add("properties.test_formula::test_output_matches_oracle")
     state.outcomes[("sdpa-formula", variant.name)].append(Outcome("pass", "x", "test_output_matches_oracle"))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from impls.registry import builtin_impls, variants
+from impls.records import builtin_impls
+from impls.registry import variants
 from specs.catalogue import CORE_SLUGS, load_claims
 from tests.runs import run_suite
 

@@ -15,10 +15,10 @@ from specs.catalogue import load_claims
 
 torch = pytest.importorskip("torch", reason="the seeds' code is written in torch")
 
+from harness.gpu_limits import DeviceLimits  # noqa: E402
 from harness.peak_memory import Probe, growth, peak_bytes  # noqa: E402
-from impls.seed002_gpu_limits import DeviceLimits  # noqa: E402
-from impls.seed002_tiled import HardwareAwareAttention  # noqa: E402
-from interpretations.seed002_readings import differential_geometric_attention  # noqa: E402
+from impls.seed_code.seed002_blockwise import HardwareAwareAttention  # noqa: E402
+from impls.seed_code.seed002_readings import differential_geometric_attention  # noqa: E402
 from properties.test_seed_code import (  # noqa: E402
     more_peaked_than_prescribed,
     never_called,

@@ -18,6 +18,7 @@ from harness.evidence import PropertyViolation
 from harness.observe import observe_weights
 from harness.trial import Trial
 from impls.registry import Variant, load_impl
+from impls.seed_code import seed001_multihead
 from interpretations import test_geometric as geometric
 from properties import test_formula as formula
 from properties import test_heads as heads
@@ -262,7 +263,7 @@ def test_reference_split_then_merge_is_identity(batch, n, count, head_dim, seed)
 @pytest.mark.skipif(not SEEDS.is_dir(), reason=f"the seed documents are not at {SEEDS}")
 def test_quoted_seed_code_is_the_seeds():
     seed = re.sub(r"\s+", "", (SEEDS / "001_16e7e18349ffb2ee.txt").read_text(encoding="utf-8"))
-    assert re.sub(r"\s+", "", heads.SEED_SPLIT_MERGE) in seed
+    assert re.sub(r"\s+", "", seed001_multihead.SEED_SPLIT_MERGE) in seed
 
 
 # -- the seeds' worked examples and numbers ----------------------------------------------------

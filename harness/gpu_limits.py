@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from impls.seed002_hardware import CompilerUnavailable
+from harness.cuda_compiler import CompilerUnavailable
 
 BLOCK_THREADS = 1024
 PTX_ARCH = "compute_75"  # the oldest architecture current toolkits build for; ptxas takes its PTX for every later one

@@ -1,0 +1,45 @@
+"""The built-in records: every implementation this project maintains, kept apart from the protocol that reads
+them (impls.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here."""
+
+from __future__ import annotations
+
+from impls.registry import Impl, Unavailable, load_impl
+
+BUILTIN_TARGETS = (
+    "impls.numpy_reference:reference_attention",
+    "impls.numpy_tiled:tiled_attention",
+    "impls.numpy_paged:paged_attention",
+    "impls.numpy_split_kv:split_kv_attention",
+    "impls.seed000_exp_ratio:exp_ratio_attention",
+    "impls.seed000_three_line:three_line_attention",
+    "impls.seed001_multihead:seed_multi_head_attention",
+    "impls.seed002_tiled:memory_optimized_tiled_attention",
+    "impls.seed002_tiled:hardware_aware_attention",
+    "impls.torch_sdpa:sdpa_math",
+    "impls.torch_sdpa:sdpa_flash_cpu",
+    "impls.torch_mha:multihead_attention_module",
+)
+
+
+def is_builtin(impl: Impl) -> bool:
+    """A record this project maintains (its declarations must all be caught under the `ci` profile)."""
+    return impl.target in BUILTIN_TARGETS
+
+
+def builtin_impls(backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unavailable]]:
+    """Every built-in record, split into those that can run here and those that cannot."""
+    ready: list[Impl] = []
+    missing: list[Unavailable] = []
+    for target in BUILTIN_TARGETS:
+        try:
+            impl = load_impl(target)
+        except ImportError as exc:
+            missing.append(Unavailable(target, f"{exc.name or exc} is not installed"))
+            continue
+        if backends and impl.backend not in backends:
+            continue
+        if impl.unavailable:
+            missing.append(Unavailable(target, impl.unavailable))
+        else:
+            ready.append(impl)
+    return ready, missing
