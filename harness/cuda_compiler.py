@@ -10,7 +10,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-_SEED_KERNELS = Path(__file__).resolve().parent.parent / "impls" / "seed_code" / "cuda"
+import impls.seed_code
+
+_SEED_KERNELS = Path(impls.seed_code.__file__).parent / "cuda"
 KERNELS = {
     "attention_kernel": _SEED_KERNELS / "seed002_attention_kernel.cu",
     "optimized_attention_kernel": _SEED_KERNELS / "seed002_optimized_attention_kernel.cu",
