@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -19,18 +20,21 @@ from pathlib import Path
 
 import pytest
 
-import interpretations
-import properties
+PACKAGES = ("properties", "interpretations")  # located, not imported: pytest imports them, rewriting asserts
+# harness itself (this module's package) is imported before pytest could rewrite it; its __init__ has no assert
+HARNESS_NOT_REWRITTEN = ("ignore:Module already imported so cannot be rewritten; harness"
+                         ":pytest.PytestAssertRewriteWarning")
 
 
 def pytest_args(targets: Sequence[str], report: str | None, extra: Sequence[str]) -> list[str]:
     """The pytest command line that runs every property against `targets`, whatever the current directory."""
-    packages = [Path(package.__file__).parent for package in (properties, interpretations)]
+    packages = [Path(importlib.util.find_spec(name).origin).parent for name in PACKAGES]
     args = [*map(str, packages),
             "-p", "harness.options",  # also when PYTEST_DISABLE_PLUGIN_AUTOLOAD is set
             # the suite's settings, not those of a project or conftest.py around the current directory
             "-c", os.devnull, "--rootdir", str(packages[0].parent), "--noconftest",
-            "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning"]  # as pyproject.toml's [tool.pytest]
+            "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",  # as pyproject.toml's [tool.pytest]
+            "-W", HARNESS_NOT_REWRITTEN]
     for target in targets:
         args += ["--impl", target]
     if report:
