@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.report import SCHEMA, STATUSES
+from harness.report import SCHEMA
+from harness.verdicts import STATUSES
 
 SEVERITY = {"pass": 0, "skip": 0, "declared": 1, "fail": 2, "error": 2}
 KINDS = ("worse", "better", "changed", "added", "removed")
