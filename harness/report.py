@@ -1,10 +1,12 @@
 """CONTRACT 2's outputs: the claims x implementations verdicts, as report.json / .md / .html and a terminal matrix.
 
 report.json holds at least
-  {"impls": [names], "claims": [{"slug", "source", "statement"}],
+  {"schema": 1, "impls": [names], "claims": [{"slug", "source", "statement"}],
    "verdicts": [{"claim", "impl", "status", "detail", "counterexample"}]}
 with status one of pass, fail, skip, error; each verdict also says whether the
-failure was declared (`expected`) and why.
+failure was declared (`expected`) and why. `schema` is the version of this layout
+(SCHEMA), raised when a change would mislead a reader of older reports
+(`attention-spec compare` refuses versions it does not know).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from harness.markers import ORACLE
 from harness.verdicts import STATUSES, RunState, aggregate
 from impls.registry import Variant
 
+SCHEMA = 1
 SYMBOLS = {"pass": "+", "fail": "F", "expected": "x", "error": "E", "skip": "s", None: "."}
 
 
@@ -48,6 +51,7 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None)
     summary["expected_fail"] = sum(v["status"] == "fail" and v["expected"] for v in verdicts)
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
     return {
+        "schema": SCHEMA,
         "impls": subjects,
         "claims": [
             {"slug": c.slug, "source": c.source, "statement": c.statement, "original": c.original,

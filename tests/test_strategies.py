@@ -45,7 +45,7 @@ T = TypeVar("T")
 
 RUNS = 100
 REQUIRED = 0.9  # a bug shown only by one target goes unseen by at most 1 property run in 10
-CI = settings(max_examples=15, derandomize=True, database=None, deadline=None)  # conftest.py's `ci` profile
+CI = settings(max_examples=15, derandomize=True, database=None, deadline=None)  # harness/profiles.py's `ci` profile
 SEARCH = settings(max_examples=2000, database=None)
 MISSED = "a ci run of 15 examples draws it in fewer than 90% of property runs (see the measured fraction)"
 
