@@ -33,9 +33,10 @@ def _poison(problem: Problem, allowed: np.ndarray, keys: list[int], poison: floa
     chosen = np.zeros(problem.n_k, dtype=bool)
     chosen[keys] = True
     b, g, j = np.nonzero(unseen & chosen)
+    value = f"float('{poison!r}')"  # repr gives nan and inf, which are not Python names
     return problem.derive(
-        f"k, v = p.k.copy(), p.v.copy(); k[:, :, {keys}] = {poison!r}; "
-        f"v[{b.tolist()}, {g.tolist()}, {j.tolist()}] = {poison!r}; p = p.replace(k=k, v=v)")
+        f"k, v = p.k.copy(), p.v.copy(); k[:, :, {keys}] = {value}; "
+        f"v[{b.tolist()}, {g.tolist()}, {j.tolist()}] = {value}; p = p.replace(k=k, v=v)")
 
 
 def _expect_rows_untouched(trial: Trial, poisoned: Problem, rows: np.ndarray, *, what: str) -> None:
