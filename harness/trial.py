@@ -206,8 +206,10 @@ class Trial:
         """A snippet that rebuilds the input and shows the failure.
 
         `call` replaces the default call line; `script` replaces both the call
-        and the default comparison with the oracle.
+        and the default comparison with the oracle. Raises specs.problems.CodeMismatch
+        if the snippet would rebuild another problem.
         """
+        problem.check_code()
         impl = self.variant.impl
         lines = [
             *STEP_IMPORTS,
@@ -265,6 +267,7 @@ class Trial:
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()  # its steps go into the repro script
         sides = [self._output_with_own_bound(problem) for problem in (transformed, self.problem)]
         (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
             (out[index], allowance.take(index), own[index])

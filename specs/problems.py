@@ -42,6 +42,12 @@ STEP_IMPORTS = (
     "from specs import examples",
     "from specs.problems import build, one_hot_values",
 )
+# What a problem's code() must rebuild bit for bit.
+_REBUILT = ("recipe", "q", "k", "v", "mask", "scale", "causal")
+
+
+class CodeMismatch(Exception):
+    """A problem's code() does not rebuild it: its repro snippet would show another input."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,16 @@ class Problem:
         """The same problem with every score multiplied by `factor` (q scaled)."""
         return self.derive(f"p = p.replace(q=p.q * {factor!r})")
 
+    def check_code(self) -> None:
+        """Raise CodeMismatch unless code() rebuilds this problem's recipe, arrays and keywords bit for bit."""
+        try:
+            rebuilt = _run(self.code())
+        except Exception as exc:  # e.g. a step rebinds a name a later step reads
+            raise CodeMismatch(f"the code of {self!r} raises {type(exc).__name__}: {exc}") from exc
+        wrong = [name for name in _REBUILT if not _identical(getattr(self, name), getattr(rebuilt, name))]
+        if wrong:
+            raise CodeMismatch(f"the code of {self!r} does not rebuild its {', '.join(wrong)}")
+
     def _read_only(self) -> Problem:
         """This problem on read-only views of its arrays: a step copies before it writes."""
         arrays = {name: getattr(self, name) for name in ("q", "k", "v", "mask")}
@@ -165,13 +181,21 @@ def _step_names() -> dict:
     return names
 
 
-def _run(code: str, p: Problem) -> Problem:
+def _run(code: str, p: Problem | None = None) -> Problem:
     """`p` after running `code` with `p` and STEP_IMPORTS' names in scope."""
     names = {**_step_names(), "p": p}
     exec(code, names)
     if not isinstance(names["p"], Problem):
         raise TypeError(f"{code!r} must leave a Problem in `p`, left {type(names['p']).__name__}")
     return names["p"]
+
+
+def _identical(a: object, b: object) -> bool:
+    """Equal, and for arrays equal bit for bit (NaN payloads and signed zeros included)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and a.shape == b.shape and a.tobytes() == b.tobytes())
+    return a == b
 
 
 def _scores_inputs(rng: np.random.Generator, r: Recipe) -> tuple[np.ndarray, np.ndarray]:
