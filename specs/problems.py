@@ -42,7 +42,7 @@ STEP_IMPORTS = (
     "from specs import examples",
     "from specs.problems import build, one_hot_values",
 )
-# What a problem's code() must rebuild bit for bit.
+# What a problem's code() must rebuild bit for bit (and a step must not change in the problem it derives from).
 _REBUILT = ("recipe", "q", "k", "v", "mask", "scale", "causal")
 
 
@@ -125,9 +125,14 @@ class Problem:
 
     def derive(self, step: str) -> Problem:
         """The problem Python code `step` makes of this one (bound to `p`, rebinding `p`), remembering `step`
-        for the repro. It runs as the snippet runs it, on read-only arrays, with only STEP_IMPORTS in scope,
-        so replaying it rebuilds the derived arrays bit for bit."""
-        derived = _run(step, self._read_only())
+        for the repro. It runs as the snippet runs it, with only STEP_IMPORTS in scope, so replaying it
+        rebuilds the derived arrays bit for bit; it must leave this problem as it was."""
+        before = {name: _copy(getattr(self, name)) for name in _REBUILT}
+        derived = _run(step, self)
+        changed = [name for name, value in before.items() if not _identical(value, getattr(self, name))]
+        if changed:
+            raise ValueError(f"{step!r} changes the {', '.join(changed)} of the problem it derives from: "
+                             "copy an array before writing to it")
         return dataclasses.replace(derived, origin=self.origin or repr(self.recipe), steps=self.steps + (step,))
 
     def scale_queries(self, factor: float) -> Problem:
@@ -143,14 +148,6 @@ class Problem:
         wrong = [name for name in _REBUILT if not _identical(getattr(self, name), getattr(rebuilt, name))]
         if wrong:
             raise CodeMismatch(f"the code of {self!r} does not rebuild its {', '.join(wrong)}")
-
-    def _read_only(self) -> Problem:
-        """This problem on read-only views of its arrays: a step copies before it writes."""
-        arrays = {name: getattr(self, name) for name in ("q", "k", "v", "mask")}
-        views = {name: array.view() for name, array in arrays.items() if array is not None}
-        for view in views.values():
-            view.flags.writeable = False
-        return dataclasses.replace(self, **views)
 
     @property
     def n_q(self) -> int:
@@ -188,6 +185,10 @@ def _run(code: str, p: Problem | None = None) -> Problem:
     if not isinstance(names["p"], Problem):
         raise TypeError(f"{code!r} must leave a Problem in `p`, left {type(names['p']).__name__}")
     return names["p"]
+
+
+def _copy(value: object) -> object:
+    return value.copy() if isinstance(value, np.ndarray) else value
 
 
 def _identical(a: object, b: object) -> bool:
