@@ -152,10 +152,12 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
     oracle, core_allowance = trial.oracle(projected)
 
     def core(result: np.ndarray):
-        """A per-head core returning `result`, computed on the projected problem (which the repro rebuilds)."""
+        """A per-head core returning `result`, computed on `projected` (what the repro rebuilds), once the
+        pipeline has handed it the same q, k, v."""
         def run(q, k, v):
-            assert all(np.array_equal(a, b) for a, b in zip((q, k, v), (projected.q, projected.k, projected.v),
-                                                            strict=True)), "the pipeline projected differently"
+            same = all(np.array_equal(a, b) for a, b in zip((q, k, v), (projected.q, projected.k, projected.v),
+                                                            strict=True))
+            assert same, "multi_head_attention's per-head q, k, v differ from examples.project's"
             return result
         return run
 
