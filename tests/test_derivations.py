@@ -167,8 +167,9 @@ def test_repro_of_a_failing_metamorphic_property_feeds_the_implementation_the_sa
 def test_a_step_runs_on_the_problem_as_the_snippet_would():
     """Only `p` and the snippet's imports are in scope, and the problem derived from must stay as it was."""
     problem = build(n_q=3, n_k=4, d=2, d_v=2, seed=1)
-    with pytest.raises(NameError):
-        problem.derive("p = p.replace(v=abs_v)")
+    v = np.abs(problem.v)  # noqa: F841 (defined here, and still not in the step's scope)
+    with pytest.raises(NameError, match="'v' is not defined"):
+        problem.derive("p = p.replace(v=v)")
     with pytest.raises(ValueError, match="changes the v of the problem it derives from"):
         problem.derive("p.v[0] = 0.0")
     assert problem.derive("p = p.replace(v=one_hot_values(p.k.shape, 4))").code().endswith(
