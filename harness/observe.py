@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.trial import Trial
-from specs.problems import Problem, one_hot_values
+from specs.problems import Problem
 from specs.reference import AttentionResult
 from specs.tolerance import Allowance
 
@@ -26,10 +26,8 @@ class ObservedWeights:
 
 
 def one_hot_problem(trial: Trial, problem: Problem) -> Problem:
-    n_k = problem.n_k
-    d_v = n_k if trial.variant.capabilities.value_dim else problem.q.shape[-1]
-    values = one_hot_values(problem.k.shape, d_v)
-    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))", v=values)
+    d_v = problem.n_k if trial.variant.capabilities.value_dim else problem.q.shape[-1]
+    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))")
 
 
 def observe_weights(trial: Trial, problem: Problem | None = None, **extra) -> ObservedWeights:

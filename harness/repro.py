@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from specs.problems import Problem
+from specs.problems import STEP_IMPORTS, Problem
 
+# what a derivation step may use (specs.problems.STEP_IMPORTS), then what the snippet itself needs
 IMPORTS = (
-    "import numpy as np",
+    *STEP_IMPORTS,
     "from impls.registry import load_impl",
-    "from specs import examples",
     "from specs.layouts import to_layout",
-    "from specs.problems import build, one_hot_values",
     "from specs.reference import attention",
 )
 
@@ -38,7 +37,9 @@ def index_code(index: tuple) -> str:
 def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
                   call: str | None = None, script: str | None = None) -> str:
     """Rebuild `problem`, load the implementation `target`, lay the inputs out as the property did, then
-    run `script` if given, else `call` (default: call_line({})) and print its distance from the oracle."""
+    run `script` if given, else `call` (default: call_line({})) and print its distance from the oracle.
+    Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
+    problem.check_code()
     lines = [
         *IMPORTS,
         problem.code(),

@@ -165,10 +165,11 @@ class Trial:
                          expected_index: tuple = (...,)) -> None:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
         this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance.
-        `transformed` must be derived from this trial's problem by Problem.replace steps."""
+        `transformed` must come from this trial's problem through Problem.derive: the repro replays its steps."""
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
-            raise ValueError("expect_unchanged needs a problem derived from the trial's own by replace()")
+            raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()  # its steps go into the repro script
         sides = [self._output_with_own_bound(problem) for problem in (transformed, self.problem)]
         (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
             (out[index], allowance.take(index), own[index])
@@ -195,7 +196,7 @@ class Trial:
     def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, np.ndarray]:
         out = self.call(problem)
         oracle, allowance = self.oracle(problem)
-        on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))", v=np.abs(problem.v)))
+        on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))"))
         own = own_rounding_bound(oracle, *self.exact_inputs(problem), on_abs, dtype=self.dtype)
         return out, allowance, own
 

@@ -61,22 +61,18 @@ def self_attention(problem: Problem, *, unit: bool = False) -> Problem:
     """Q = K = X: X is the problem's keys (scaled to length 1 when `unit`), and every query head reads its
     own kv head's tokens, so query i of a head meets its own token as key i."""
     group = problem.q.shape[1] // problem.k.shape[1]
-    x = _unit(problem.k) if unit else problem.k
     take = "x = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True)" if unit else "x = p.k"
-    return problem.derive(f"{take}; p = p.replace(k=x, q=np.repeat(x, {group}, axis=1))", k=x,
-                          q=repeat_kv(x, group))
+    return problem.derive(f"{take}; p = p.replace(k=x, q=np.repeat(x, {group}, axis=1))")
 
 
 def unit_queries_and_keys(problem: Problem) -> Problem:
     return problem.derive("p = p.replace(q=p.q / np.linalg.norm(p.q, axis=-1, keepdims=True), "
-                          "k=p.k / np.linalg.norm(p.k, axis=-1, keepdims=True))",
-                          q=_unit(problem.q), k=_unit(problem.k))
+                          "k=p.k / np.linalg.norm(p.k, axis=-1, keepdims=True))")
 
 
 def keys_of_many_lengths(problem: Problem) -> Problem:
     """Key j scaled by 2^((j mod 5) - 2), from 1/4 to 4: keys far from the query can still align with it."""
-    factors = 2.0 ** (np.arange(problem.n_k) % 5 - 2)[:, None]
-    return problem.derive("p = p.replace(k=p.k * 2.0 ** (np.arange(p.n_k) % 5 - 2)[:, None])", k=problem.k * factors)
+    return problem.derive("p = p.replace(k=p.k * 2.0 ** (np.arange(p.n_k) % 5 - 2)[:, None])")
 
 
 def _log_weights(observed: ObservedWeights) -> tuple[np.ndarray, np.ndarray]:

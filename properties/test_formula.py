@@ -56,7 +56,7 @@ def test_cross_attention_matches_oracle(variant, data):
 def test_self_attention_on_one_sequence(variant, data):
     """Q = K = V = X: self-attention is the same call with one sequence in all three places."""
     problem = data.draw(problems_for(variant), label="problem")
-    check_against_oracle(variant, problem.derive("p = p.replace(k=p.q, v=p.q)", k=problem.q, v=problem.q))
+    check_against_oracle(variant, problem.derive("p = p.replace(k=p.q, v=p.q)"))
 
 
 @checks("output-shape-follows-query")
@@ -80,7 +80,7 @@ def expect_weight_rows_sum_to_one(trial: Trial) -> None:
                            what=f"row sums of the {problem.n_q}x{problem.n_k} weights", versus="1",
                            problem=observed.problem)
         return
-    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
+    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))")
     _, allowance = trial.oracle(ones)
     out = trial.call(ones)
     trial.expect_close(out, np.ones_like(out), allowance, what="row sums of the weights (out with values all ones)",
@@ -151,9 +151,8 @@ def test_siwuxiang_weights_form_a_distribution():
 
 def mismatched_values(problem: Problem) -> list[Problem]:
     """The problem with one value more than there are keys and, when n_k > 1, one fewer."""
-    more = problem.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :1]], axis=2))",
-                          v=np.concatenate([problem.v, problem.v[:, :, :1]], axis=2))
-    fewer = problem.derive("p = p.replace(v=p.v[:, :, :-1])", v=problem.v[:, :, :-1])
+    more = problem.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :1]], axis=2))")
+    fewer = problem.derive("p = p.replace(v=p.v[:, :, :-1])")
     return [more, fewer] if problem.n_k > 1 else [more]
 
 

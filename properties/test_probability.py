@@ -8,8 +8,6 @@ the output equal to the weights (harness.observe).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +16,6 @@ from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, problems_for
 from specs.problems import Problem, build
-from specs.reference import repeat_kv
 from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 
 
@@ -41,7 +38,7 @@ def test_observed_weights_are_distributions(variant, data):
 def test_values_all_ones_give_outputs_all_ones(variant, data):
     """softmax(S) 1 = 1: visible to implementations whatever d_v they accept."""
     problem = data.draw(problems_for(variant), label="problem")
-    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v))
+    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))")
     trial = Trial(variant, ones)
     _, allowance = trial.oracle()
     out = trial.call()
@@ -105,9 +102,8 @@ def _expect_every_key_weighted(trial: Trial, problem) -> None:
 def far_from_zero(n: int = 3) -> Problem:
     """A fixed witness the draws may miss: identical tokens of 30s, every score ~1559 and the spread 0.
     Positivity depends on the spread only, so every weight is 1/n; e^S alone would overflow."""
-    base = build(n_q=n, n_k=n, d=n, d_v=n)
-    return base.derive("p = p.replace(q=30 * np.ones_like(p.q), k=30 * np.ones_like(p.k))",
-                       q=30 * np.ones_like(base.q), k=30 * np.ones_like(base.k))
+    return build(n_q=n, n_k=n, d=n, d_v=n).derive(
+        "p = p.replace(q=30 * np.ones_like(p.q), k=30 * np.ones_like(p.k))")
 
 
 @checks("complete-graph-positive-weights")
@@ -132,15 +128,13 @@ def test_query_pointing_at_key_weights_it_most(variant, data):
     Head dims up to 4 keep other keys close in direction to the target: the hard case for the claim."""
     problem = data.draw(problems_for(variant, weights_visible=True, score_styles=("normal",), scale=False, max_d=4),
                         label="problem")
-    k = problem.k / np.linalg.norm(problem.k, axis=-1, keepdims=True)
-    group = problem.q.shape[1] // k.shape[1]
+    group = problem.q.shape[1] // problem.k.shape[1]
     targets = np.arange(problem.n_q) % problem.n_k
     # score 5 on the target key: a * |k|^2 / sqrt(d) = 5
-    q = 5.0 * math.sqrt(problem.q.shape[-1]) * repeat_kv(k, group)[:, :, targets]
     problem = problem.derive(
         "k = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True); "
         f"p = p.replace(k=k, q=5.0 * np.sqrt(p.q.shape[-1]) * np.repeat(k, {group}, axis=1)"
-        "[:, :, np.arange(p.n_q) % p.n_k])", k=k, q=q)
+        "[:, :, np.arange(p.n_q) % p.n_k])")
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
     chosen = observed.weights[..., np.arange(problem.n_q), targets]

@@ -4,12 +4,15 @@ A recipe (sizes, a seed, a value style) rebuilds the same float64 arrays on any
 machine (NumPy's PCG64 stream is stable), so a failing property's smallest
 input is printed as one short `build(...)` call instead of a page of numbers.
 Transformations a property applies afterwards (a permutation, one-hot values)
-are recorded as code, so the repro snippet replays them too.
+are written once, as the Python line the repro snippet prints, and
+Problem.derive runs that line itself: what the property used is what the
+snippet rebuilds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +36,18 @@ VALUE_STYLES = (
     "offset",  # 1e3 + N(0, 1): catches weights that do not sum to one
 )
 MASK_LAYOUTS = ("full", "query_key", "key_padding")
+# The repro snippet's first lines (harness/trial.py); a step sees these names and `p`, nothing else.
+STEP_IMPORTS = (
+    "import numpy as np",
+    "from specs import examples",
+    "from specs.problems import build, one_hot_values",
+)
+# What a problem's code() must rebuild bit for bit (and a step must not change in the problem it derives from).
+_REBUILT = ("recipe", "q", "k", "v", "mask", "scale", "causal")
+
+
+class CodeMismatch(Exception):
+    """A problem's code() does not rebuild it: its repro snippet would show another input."""
 
 
 @dataclass(frozen=True)
@@ -105,16 +120,34 @@ class Problem:
         return kw
 
     def replace(self, **changes) -> Problem:
-        """The same problem with some arrays or keywords changed (what repro steps call)."""
+        """The same problem with some arrays or keywords changed (what steps call)."""
         return dataclasses.replace(self, **changes)
 
-    def derive(self, step: str, **changes) -> Problem:
-        """A derived problem that remembers `step`, the Python line (acting on `p`) deriving it in a repro."""
-        return dataclasses.replace(self, steps=self.steps + (step,), **changes)
+    def derive(self, step: str) -> Problem:
+        """The problem Python code `step` makes of this one (bound to `p`, rebinding `p`), remembering `step`
+        for the repro. It runs as the snippet runs it, with only STEP_IMPORTS in scope, so replaying it
+        rebuilds the derived arrays bit for bit; it must leave this problem as it was."""
+        before = {name: _copy(getattr(self, name)) for name in _REBUILT}
+        derived = _run(step, self)
+        changed = [name for name, value in before.items() if not _identical(value, getattr(self, name))]
+        if changed:
+            raise ValueError(f"{step!r} changes the {', '.join(changed)} of the problem it derives from: "
+                             "copy an array before writing to it")
+        return dataclasses.replace(derived, origin=self.origin or repr(self.recipe), steps=self.steps + (step,))
 
     def scale_queries(self, factor: float) -> Problem:
         """The same problem with every score multiplied by `factor` (q scaled)."""
-        return self.derive(f"p = p.scale_queries({factor!r})", q=self.q * factor)
+        return self.derive(f"p = p.replace(q=p.q * {factor!r})")
+
+    def check_code(self) -> None:
+        """Raise CodeMismatch unless code() rebuilds this problem's recipe, arrays and keywords bit for bit."""
+        try:
+            rebuilt = _run(self.code())
+        except Exception as exc:  # e.g. a step rebinds a name a later step reads
+            raise CodeMismatch(f"the code of {self!r} raises {type(exc).__name__}: {exc}") from exc
+        wrong = [name for name in _REBUILT if not _identical(getattr(self, name), getattr(rebuilt, name))]
+        if wrong:
+            raise CodeMismatch(f"the code of {self!r} does not rebuild its {', '.join(wrong)}")
 
     @property
     def n_q(self) -> int:
@@ -136,6 +169,34 @@ class Problem:
 
     def __repr__(self) -> str:
         return "; ".join([self.origin or repr(self.recipe), *self.steps])
+
+
+@functools.cache
+def _step_names() -> dict:
+    names: dict = {}
+    exec("\n".join(STEP_IMPORTS), names)
+    return names
+
+
+def _run(code: str, p: Problem | None = None) -> Problem:
+    """`p` after running `code` with `p` and STEP_IMPORTS' names in scope."""
+    names = {**_step_names(), "p": p}
+    exec(code, names)
+    if not isinstance(names["p"], Problem):
+        raise TypeError(f"{code!r} must leave a Problem in `p`, left {type(names['p']).__name__}")
+    return names["p"]
+
+
+def _copy(value: object) -> object:
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def _identical(a: object, b: object) -> bool:
+    """Equal, and for arrays equal bit for bit (NaN payloads and signed zeros included)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and a.shape == b.shape and a.tobytes() == b.tobytes())
+    return a == b
 
 
 def _scores_inputs(rng: np.random.Generator, r: Recipe) -> tuple[np.ndarray, np.ndarray]:
