@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from harness.evidence import PropertyViolation
+from harness.repro import repro_snippet
 from harness.trial import Trial
 from impls.registry import Variant, load_impl
 from interpretations import test_geometric as geometric
@@ -192,6 +193,6 @@ def test_code_that_does_not_rebuild_the_problem_is_refused(wrong):
         bad.check_code()
     trial = Trial(_variant(TILED), problem)
     with pytest.raises(CodeMismatch):
-        trial.repro(bad)
+        repro_snippet(bad, target=TILED, dtype="float64", layout="contiguous", causal_alignment="top_left")
     with pytest.raises(CodeMismatch):
         trial.expect_unchanged(bad, what="out", versus="out")
