@@ -15,7 +15,7 @@ IMPORTS = (
 )
 
 
-def call_line(extra: dict, args: str = "q, k, v") -> str:
+def call_line_for(extra: dict, args: str = "q, k, v") -> str:
     """The line that calls the implementation with the problem's keywords and `extra`."""
     parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
     return f"out = fn({', '.join(parts)})"
@@ -35,9 +35,9 @@ def index_code(index: tuple) -> str:
 
 
 def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
-                  call: str | None = None, script: str | None = None) -> str:
+                  call_line: str | None = None, script: str | None = None) -> str:
     """Rebuild `problem`, load the implementation `target`, lay the inputs out as the property did, then
-    run `script` if given, else `call` (default: call_line({})) and print its distance from the oracle.
+    run `script` if given, else `call_line` (default: call_line_for({})) and print its distance from the oracle.
     Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
     problem.check_code()
     lines = [
@@ -51,7 +51,7 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
     if script is not None:
         return "\n".join(lines + [script])
     lines += [
-        call or call_line({}),
+        call_line or call_line_for({}),
         "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
         f"causal_alignment={causal_alignment!r})",
         "print(np.abs(np.asarray(out, dtype=float) - oracle.out).max())",

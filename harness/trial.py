@@ -20,7 +20,7 @@ from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
 from harness.guarded_call import CallFailed, CallSettings, call_in_process, checked_array, non_finite_summary
 from harness.isolation import call_isolated
-from harness.repro import call_line, index_code, repro_snippet
+from harness.repro import call_line_for, index_code, repro_snippet
 from impls.registry import Variant
 from specs.layouts import to_layout
 from specs.problems import Problem
@@ -93,7 +93,7 @@ class Trial:
                 return call_isolated(impl.target, arrays, self.layout, kwargs)
             return call_in_process(impl.fn, arrays, kwargs)
         except CallFailed as failure:
-            self.fail(failure.summary, problem, call=call_line(extra))
+            self.fail(failure.summary, problem, call_line=call_line_for(extra))
         finally:
             running = RUNNING.get()
             if running is not None:
@@ -103,9 +103,9 @@ class Trial:
         """The implementation's output as float64, after checking its type, shape and dtype."""
         problem = problem or self.problem
         raw = self.call_raw(problem, **extra)
-        return self.check_output(raw, problem, call=call_line(extra))
+        return self.check_output(raw, problem, call_line=call_line_for(extra))
 
-    def check_output(self, raw: object, problem: Problem, *, call: str | None,
+    def check_output(self, raw: object, problem: Problem, *, call_line: str | None = None,
                      expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:
         """The output as float64 after checking its type, shape and dtype, and (finite=True) that it is finite
         wherever the oracle is; finite=False leaves non-finite values for the caller to judge."""
@@ -113,11 +113,11 @@ class Trial:
         try:
             out = checked_array(raw, shape=expect_shape or (b, h, n_q, problem.v.shape[-1]), dtype=self.dtype)
         except CallFailed as failure:
-            self.fail(failure.summary, problem, call=call)
+            self.fail(failure.summary, problem, call_line=call_line)
         summary = non_finite_summary(out) if finite else None
         if summary:
             self.oracle(problem)  # rejects inputs on which the naive formula overflows in this dtype too
-            self.fail(summary, problem, call=call)
+            self.fail(summary, problem, call_line=call_line)
         return out.astype(np.float64)
 
     # -- the oracle ---------------------------------------------------------
@@ -134,11 +134,12 @@ class Trial:
 
     # -- verdicts -----------------------------------------------------------
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
-             call: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
+             call_line: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several."""
         problem = problem or self.problem
-        repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype, layout=self.layout,
-                              causal_alignment=self.variant.capabilities.causal_alignment, call=call, script=script)
+        repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
+                              layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,
+                              call_line=call_line, script=script)
         fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim)
         violation = PropertyViolation(summary, **fields)
         running = RUNNING.get()
@@ -151,7 +152,7 @@ class Trial:
 
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
-                     problem: Problem | None = None, call: str | None = None,
+                     problem: Problem | None = None, call_line: str | None = None,
                      script: str | None = None, claim: str | None = None) -> None:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere."""
         comparison = compare(got, expected, allowance, what=what)
@@ -159,7 +160,7 @@ class Trial:
             self._target(comparison.ratio, what)
             return
         self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=comparison.details,
-                  call=call, script=script, claim=claim)
+                  call_line=call_line, script=script, claim=claim)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
                          expected_index: tuple = (...,)) -> None:
@@ -221,4 +222,4 @@ def check_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
     """The central check: the implementation's output is within the tolerance model of the oracle."""
     trial = Trial(variant, problem)
     oracle, allowance = trial.oracle()
-    trial.expect_close(trial.call(**extra), oracle.out, allowance, call=call_line(extra))
+    trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))

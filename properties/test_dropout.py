@@ -40,7 +40,7 @@ def test_dropout_zeroes_weights_at_rate_p_and_rescales_survivors(variant):
     trial.expect_close(np.where(kept, observed.weights, 0.0), np.where(kept, exact / (1 - DROPOUT_P), 0.0),
                        Allowance(survivors_bound, "weights' allowance / (1 - p) + 1 ulp of the rescaling"),
                        what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,
-                       call=f"out = fn(q, k, v, **p.kwargs(), dropout_p={DROPOUT_P})")
+                       call_line=f"out = fn(q, k, v, **p.kwargs(), dropout_p={DROPOUT_P})")
     dropped, total = int((~kept).sum()), kept.size
     p_value = binomial_pvalue(dropped, total, DROPOUT_P)
     if not p_value >= ALPHA:

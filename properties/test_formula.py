@@ -66,7 +66,7 @@ def test_output_has_one_row_per_query(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
     trial = Trial(variant, problem)
     b, h, n_q, _ = problem.q.shape
-    trial.check_output(trial.call_raw(), problem, call=None, expect_shape=(b, h, n_q, problem.v.shape[-1]))
+    trial.check_output(trial.call_raw(), problem, expect_shape=(b, h, n_q, problem.v.shape[-1]))
 
 
 def expect_weight_rows_sum_to_one(trial: Trial) -> None:

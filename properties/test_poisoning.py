@@ -44,7 +44,7 @@ def _expect_rows_untouched(trial: Trial, poisoned: Problem, rows: np.ndarray, *,
     poison (its own output: a wrong formula is another claim's failure, not this one's)."""
     assume(rows.any())
     clean, allowance = trial.own_output()
-    out = trial.check_output(trial.call_raw(poisoned), poisoned, call=None, finite=False)
+    out = trial.check_output(trial.call_raw(poisoned), poisoned, finite=False)
     got = np.where(rows[..., None], out, clean)
     trial.expect_close(got, clean, allowance, what=what, versus="its output without the poison", problem=poisoned)
 
@@ -113,7 +113,7 @@ def test_visible_nan_reaches_exactly_the_rows_that_see_it(variant, data):
         nan_expected = np.zeros(clean.shape, dtype=bool)
         nan_expected[..., c] = sees
         where = f"value element v[:, :, {j}, {c}]"
-    out = trial.check_output(trial.call_raw(poisoned), poisoned, call=None, finite=False)
+    out = trial.check_output(trial.call_raw(poisoned), poisoned, finite=False)
     missing = nan_expected & ~np.isnan(out)
     if missing.any():
         at = tuple(int(i) for i in np.argwhere(missing)[0])

@@ -104,7 +104,7 @@ def test_repeated_calls_follow_new_values_and_leave_inputs_alone(variant, regime
         trial = Trial(variant, problem)
         arrays = trial.inputs()
         before = [x.copy() for x in arrays]
-        outs.append(trial.check_output(trial.call_on(arrays, problem), problem, call=None))
+        outs.append(trial.check_output(trial.call_on(arrays, problem), problem))
         _changed_inputs(trial, before, arrays)
     trial_a, trial_b = Trial(variant, a), Trial(variant, b)
     (oracle_a, allowance_a), (oracle_b, allowance_b) = trial_a.oracle(), trial_b.oracle()

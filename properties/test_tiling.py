@@ -80,7 +80,7 @@ def test_partial_results_merge_through_lse(variant, data):
         raw = trial.call_raw(part, return_lse=True)
         if not isinstance(raw, tuple) or len(raw) != 2:
             trial.fail("declared lse=True but return_lse=True did not return (out, lse)", part)
-        out = trial.check_output(raw[0], part, call="out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)")
+        out = trial.check_output(raw[0], part, call_line="out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)")
         lse = as_numpy(raw[1])
         part_oracle, part_allowance = trial.oracle(part)
         exact = trial.exact_inputs(part)
