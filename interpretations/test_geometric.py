@@ -145,7 +145,7 @@ def test_entropy_grows_with_temperature(scores, temperatures):
         w = np.exp((x - x.max()) / t)
         w /= w.sum()
         entropies.append(-np.sum(w[w > 0] * np.log(w[w > 0])))
-    slack = 2 * entropy_allowance(len(x))
+    slack = 2 * entropy_allowance(len(x)).bound
     assert all(a <= b + slack for a, b in itertools.pairwise(entropies)), (
         f"entropy {entropies} is not non-decreasing in T = {sorted(temperatures)}")
     assert entropies[-1] <= np.log(len(x)) + slack
@@ -175,7 +175,7 @@ def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
     x = trial.exact_inputs(observed.problem)[0]
     s = observed.oracle.scale
     norms = np.linalg.norm(x, axis=-1)[..., :, None]  # (..., n, 1)
-    rounding = 2 * s * unit_vector_allowance(x.shape[-1])
+    rounding = 2 * s * unit_vector_allowance(x.shape[-1]).bound
     low, high = observed.weights - observed.allowance.bound, observed.weights + observed.allowance.bound
     spread = np.exp(2 * s * norms * norms.max(axis=-2, keepdims=True) + rounding)
     too_far = low.max(axis=-1, keepdims=True) - spread * high.min(axis=-1, keepdims=True)
@@ -214,7 +214,7 @@ def expect_symmetric_scores(trial: Trial, observed: ObservedWeights) -> None:
     s = observed.oracle.scale
     logs, log_error = _log_weights(observed)
     own = s * np.sum(x * x, axis=-1)[..., :, None]
-    own_error = abs(s) * _diagonal(dot_product_allowance(x, x))
+    own_error = abs(s) * _diagonal(dot_product_allowance(x, x).bound)
     scores = logs - _diagonal(logs) + own
     magnitude = np.abs(logs) + np.abs(_diagonal(logs)) + np.abs(own)
     error = log_error + _diagonal(log_error) + own_error + 4 * U * magnitude

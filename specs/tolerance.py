@@ -89,16 +89,16 @@ class ToleranceUndefined(ValueError):
 
 @dataclass(frozen=True)
 class Allowance:
-    """Allowed |got - oracle| per output element, with the rule that produced it."""
+    """Allowed |got - exact| per element, with the rule that produced it (a formula a reader can check)."""
 
-    bound: np.ndarray  # same shape as the output it bounds
+    bound: np.ndarray | float  # shaped like (or broadcasting to) what it bounds; a float bounds every element
     rule: str
 
     def __add__(self, other: Allowance) -> Allowance:
         return Allowance(self.bound + other.bound, f"({self.rule}) + ({other.rule})")
 
     def take(self, index: tuple) -> Allowance:
-        """The allowance of a sub-array (same indexing as applied to the output)."""
+        """The allowance of a sub-array (same indexing as applied to the output; an array bound)."""
         return Allowance(self.bound[index], self.rule)
 
 
@@ -230,13 +230,14 @@ def row_sum_allowance(weights_allowance: Allowance, weights: np.ndarray) -> Allo
     return product_allowance(weights_allowance, weights, np.ones((weights.shape[-1], 1)))
 
 
-def dot_product_allowance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def dot_product_allowance(a: np.ndarray, b: np.ndarray) -> Allowance:
     """Allowed error of the float64 products a @ b.T: gamma_{d+1} |a| |b|^T (Higham § 3.1)."""
     d = a.shape[-1]
-    return (d + 1) * unit_roundoff(np.float64) * (np.abs(a) @ np.abs(b).swapaxes(-1, -2))
+    return Allowance((d + 1) * unit_roundoff(np.float64) * (np.abs(a) @ np.abs(b).swapaxes(-1, -2)),
+                     "float64 dot products a @ b^T: (d+1)u |a| |b|^T (gamma_{d+1})")
 
 
-def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> float:
+def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> Allowance:
     """Allowed error of one rotary score rot(q, m) . rot(k, n) with positions up to `max_position`.
 
     Each angle position * base^(-2i/d) <= max_position is rounded (product and pow,
@@ -246,12 +247,13 @@ def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> flo
     """
     d = q.shape[-1]
     norms = float(np.linalg.norm(q) * np.linalg.norm(k))
-    return (d + 7 + 4 * max_position) * unit_roundoff(np.float64) * norms
+    return Allowance((d + 7 + 4 * max_position) * unit_roundoff(np.float64) * norms,
+                     f"rotary score, positions <= {max_position}: (d+7+4*{max_position})u |q| |k|")
 
 
 def lse_allowance(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, *, dtype: np.dtype | str, oracle: AttentionResult, **kwargs
-) -> np.ndarray:
+) -> Allowance:
     """Allowed |lse_i - oracle lse_i| (shape (..., n_q)) for an implementation computing in `dtype`.
 
     lse = m + log(l): the row maximum carries the score error, log(l) the row
@@ -267,34 +269,37 @@ def lse_allowance(
     finite = np.isfinite(oracle.lse)
     magnitude = np.where(finite, np.abs(oracle.lse), 0.0)
     if dtype == np.float64:
-        return SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude)
+        return Allowance(SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude),
+                         "float64 lse: 2*((d+6)u*A_i + (n_k+4)u + u|lse_i|)")
     with np.errstate(all="ignore"):
         naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
     if not np.all(np.isfinite(naive) == finite):
         raise ToleranceUndefined(f"the naive {dtype} log-sum-exp overflows on this input")
     naive_error = float(np.max(np.abs(np.where(finite, naive - oracle.lse, 0.0)), initial=0.0))
-    return K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude
+    return Allowance(K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude,
+                     f"{dtype} lse: {K_FORWARD:g} x the naive {dtype} lse error ({naive_error:.3g}) "
+                     "+ sqrt(d)u*A_i + (n_k+4)u + u|lse_i|")
 
 
 def merge_allowance(
-    shares: list[np.ndarray], outs: list[np.ndarray], out_bounds: list[np.ndarray], lse_bounds: list[np.ndarray]
+    shares: list[np.ndarray], outs: list[np.ndarray], out_allowances: list[Allowance], lse_allowances: list[Allowance]
 ) -> Allowance:
-    """Allowance for O = sum_b w_b O_b with w_b = exp(lse_b - lse), from parts known to within bounds.
+    """Allowance for O = sum_b w_b O_b with w_b = exp(lse_b - lse), from parts known to within allowances.
 
     A lse error e_b moves w_b by w_b (e_b + max_c e_c) to first order, so
     |dO| <= sum_b w_b |dO_b| + 2 max_b e_b sum_b w_b |O_b| + the float64 merge's own
     rounding (8u relative).
     """
     u = unit_roundoff(np.float64)
-    worst_lse = np.max(np.stack(lse_bounds), axis=0)[..., None]
+    worst_lse = np.max(np.stack([a.bound for a in lse_allowances]), axis=0)[..., None]
     magnitude = sum(w[..., None] * np.abs(o) for w, o in zip(shares, outs, strict=True))
-    bound = sum(w[..., None] * b for w, b in zip(shares, out_bounds, strict=True))
+    bound = sum(w[..., None] * a.bound for w, a in zip(shares, out_allowances, strict=True))
     bound = bound + (2 * worst_lse + 8 * u) * magnitude
     return Allowance(bound, "merge of partial attentions: sum_b w_b a_b + 2 max_b e_b sum_b w_b |O_b|")
 
 
 def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float | None = None,
-                                     mask: np.ndarray | None = None) -> float:
+                                     mask: np.ndarray | None = None) -> Allowance:
     """Allowed |<dO, J E>_complex-step - <grad, E>_analytic| in float64.
 
     With P the weights and |E_S| = |s| (|E_q| |K|^T + |Q| |E_k|^T) the size of the
@@ -313,25 +318,28 @@ def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float
     spread = p @ np.abs(ev_all) + (p * e_s) @ np.abs(v_all) + (p * e_s).sum(-1, keepdims=True) * (p @ np.abs(v_all))
     magnitude = float(np.sum(np.abs(d_out) * spread))
     n_k, d, d_v = k.shape[2], q.shape[3], v.shape[3]
-    return SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude
+    return Allowance(SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude,
+                     "complex step against analytic <grad, E>: 2 * 2(n_k+d+d_v+10)u * sum |dO| G")
 
 
-def entropy_allowance(n: int) -> float:
+def entropy_allowance(n: int) -> Allowance:
     """Allowed error of the float64 entropy of a softmax over n entries.
 
     Each p_i carries relative error <= (n + 4) u, so |dH| <= sum_i |dp_i| (|log p_i| + 1)
     <= (n + 4) u (H + 1) <= (n + 4) u (log n + 1); SAFETY for the log's own rounding.
     """
-    return SAFETY * (n + 4) * unit_roundoff(np.float64) * (math.log(n) + 1)
+    return Allowance(SAFETY * (n + 4) * unit_roundoff(np.float64) * (math.log(n) + 1),
+                     f"float64 entropy over n={n}: 2(n+4)u(log n + 1)")
 
 
-def unit_vector_allowance(d: int) -> float:
+def unit_vector_allowance(d: int) -> Allowance:
     """Allowed error of a.b, |a - b|^2 or cos(a, b) for float64 unit vectors of length d.
 
     Normalising leaves |a| within (d + 2) u of 1, the dot product adds gamma_d, and
     the cosine's division 2u: SAFETY * (2 d + 6) u covers any of them.
     """
-    return SAFETY * (2 * d + 6) * unit_roundoff(np.float64)
+    return Allowance(SAFETY * (2 * d + 6) * unit_roundoff(np.float64),
+                     f"float64 unit vectors of length d={d}: 2(2d+6)u")
 
 
 def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, score_error: np.ndarray,
@@ -349,7 +357,7 @@ def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, sc
 
 
 def own_rounding_bound(oracle: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                       out_on_abs_values: np.ndarray, *, dtype: np.dtype | str) -> np.ndarray:
+                       out_on_abs_values: np.ndarray, *, dtype: np.dtype | str) -> Allowance:
     """The a-priori bound with the implementation's own weights W in place of the oracle's.
 
     Whatever weights an implementation applies, rounding its scores and sums moves its output by at
@@ -358,11 +366,12 @@ def own_rounding_bound(oracle: AttentionResult, q: np.ndarray, k: np.ndarray, v:
     """
     u = unit_roundoff(dtype)
     row_magnitude = _first_order_terms(oracle, q, k, v)[0]
-    return (2 * (q.shape[3] + 6) * u * row_magnitude + (3 * k.shape[2] + 4) * u) * out_on_abs_values
+    return Allowance((2 * (q.shape[3] + 6) * u * row_magnitude + (3 * k.shape[2] + 4) * u) * out_on_abs_values,
+                     "own rounding with the implementation's weights W: (2(d+6)u*A_i + (3n_k+4)u) |W||V|")
 
 
-def metamorphic_allowance(first: Allowance, second: Allowance, own_first: np.ndarray,
-                          own_second: np.ndarray) -> Allowance:
+def metamorphic_allowance(first: Allowance, second: Allowance, own_first: Allowance,
+                          own_second: Allowance) -> Allowance:
     """Allowance for |out_first - out_second|, two outputs of one implementation that should agree.
 
     If the implementation is correct, each output is within its oracle allowance
@@ -372,8 +381,8 @@ def metamorphic_allowance(first: Allowance, second: Allowance, own_first: np.nda
     implementation whose output is not attention (another claim's failure) for the
     rounding of that output.
     """
-    return Allowance(first.bound + second.bound + own_first + own_second,
-                     f"({first.rule}) + ({second.rule}) + own rounding with the implementation's weights")
+    return Allowance(first.bound + second.bound + own_first.bound + own_second.bound,
+                     f"({first.rule}) + ({second.rule}) + ({own_first.rule}) + ({own_second.rule})")
 
 
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:

@@ -134,8 +134,8 @@ def test_dot_product_attention_ignores_components_orthogonal_to_the_keys():
     one_hot = np.eye(2)[None, None]
     dq = moved - p.q
     # |s dq.k_j| as computed plus its rounding, plus the rounding of both score computations
-    leftover = (np.abs(dq @ p.k.swapaxes(-1, -2)) + dot_product_allowance(dq, p.k)
-                + dot_product_allowance(moved, p.k) + dot_product_allowance(p.q, p.k))
+    rounding = dot_product_allowance(dq, p.k) + dot_product_allowance(moved, p.k) + dot_product_allowance(p.q, p.k)
+    leftover = np.abs(dq @ p.k.swapaxes(-1, -2)) + rounding.bound
     allowance = score_perturbation_allowance(p.q, p.k, one_hot, leftover.max(axis=-1, keepdims=True) / np.sqrt(3))
     assert np.all(np.abs(attention(moved, p.k, one_hot).out - attention(p.q, p.k, one_hot).out) <= allowance.bound)
 
