@@ -21,11 +21,12 @@ from specs.problems import Problem, build
 from specs.reference import repeat_kv
 from specs.strategies import head_dims, lengths
 from specs.tolerance import (
+    cosine_exponent_allowance,
+    difference_allowance,
     dot_product_allowance,
     entropy_allowance,
     forward_allowance,
     unit_roundoff,
-    unit_vector_allowance,
 )
 
 SUBJECT = "seed002-geometric"
@@ -107,7 +108,8 @@ def test_cosine_attention_is_sdpa_on_unit_vectors_with_scale_10(problem, rescale
     _, weights_allowance = forward_allowance(_unit(q), _unit(k), np.eye(k.shape[2])[None, None], dtype="float64",
                                              scale=10.0)
     _, rescaled = _seed_code(q * rescale, k / rescale, v)
-    assert np.all(np.abs(rescaled - weights) <= 2 * weights_allowance.bound), "weights change when q, k are rescaled"
+    both = difference_allowance(weights_allowance, weights_allowance)
+    assert np.all(np.abs(rescaled - weights) <= both.bound), "weights change when q, k are rescaled"
 
 
 def orthogonal_move(q: np.ndarray, k: np.ndarray, seed: int) -> np.ndarray:
@@ -130,7 +132,7 @@ def test_weights_depend_only_on_projection_onto_key_span(n_k, extra, seed):
     _, weights = _seed_code(q, k, v)
     _, weights_moved = _seed_code(moved, k, v)
     gap = np.abs(weights - weights_moved).max()
-    assert gap <= 2 * allowance.bound.max(), (
+    assert gap <= difference_allowance(allowance.largest(), allowance.largest()).bound, (
         f"adding a component orthogonal to every key (same projection onto their span) changes the cosine "
         f"weights by {gap:.3g}: q {q[0, 0, 0].round(3).tolist()} -> {moved[0, 0, 0].round(3).tolist()}")
 
@@ -145,7 +147,7 @@ def test_entropy_grows_with_temperature(scores, temperatures):
         w = np.exp((x - x.max()) / t)
         w /= w.sum()
         entropies.append(-np.sum(w[w > 0] * np.log(w[w > 0])))
-    slack = 2 * entropy_allowance(len(x)).bound
+    slack = difference_allowance(entropy_allowance(len(x)), entropy_allowance(len(x))).bound
     assert all(a <= b + slack for a, b in itertools.pairwise(entropies)), (
         f"entropy {entropies} is not non-decreasing in T = {sorted(temperatures)}")
     assert entropies[-1] <= np.log(len(x)) + slack
@@ -171,11 +173,11 @@ def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
     So within a row W_ij / W_il = e^{s (x_i.x_j - x_i.x_l)} <= e^{2 s |x_i| max_m |x_m|} (the cosine range), and
     W_ij / W_ii <= e^{s |x_i| max(0, |x_j| - |x_i|)} (a token's own key scores highest). Norms are those of the
     tokens the implementation received (unit up to its dtype's rounding); the exponents carry
-    2 s unit_vector_allowance(d) for the float64 norms and products of this check."""
+    cosine_exponent_allowance(s, d) for the float64 norms and products of this check."""
     x = trial.exact_inputs(observed.problem)[0]
     s = observed.oracle.scale
     norms = np.linalg.norm(x, axis=-1)[..., :, None]  # (..., n, 1)
-    rounding = 2 * s * unit_vector_allowance(x.shape[-1]).bound
+    rounding = cosine_exponent_allowance(s, x.shape[-1]).bound
     low, high = observed.weights - observed.allowance.bound, observed.weights + observed.allowance.bound
     spread = np.exp(2 * s * norms * norms.max(axis=-2, keepdims=True) + rounding)
     too_far = low.max(axis=-1, keepdims=True) - spread * high.min(axis=-1, keepdims=True)

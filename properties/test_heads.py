@@ -16,7 +16,7 @@ from specs import examples
 from specs.problems import Problem
 from specs.reference import attention, merge_heads, multi_head_attention, repeat_kv, split_heads
 from specs.strategies import head_dims, lengths
-from specs.tolerance import Allowance, forward_allowance, product_allowance
+from specs.tolerance import Allowance, forward_allowance, product_allowance, value_shift_allowance
 
 TORCH_MHA = "torch.nn.MultiheadAttention"
 seeds = st.integers(0, 2**32 - 1)
@@ -78,11 +78,8 @@ def test_changing_one_head_changes_no_other(variant, data):
 def test_each_kv_head_is_read_by_exactly_its_group(variant, data):
     """Query head h reads kv head h // group: adding a constant c to every value of kv head g moves the outputs
     of its group's query heads by c times their weights' row sums (1; the implementation's own sums, read with
-    values all ones, so a normalisation bug is blamed on rows-sum-to-one, not here) and no other head's.
-
-    Tolerance c / 2 either way: a correct implementation's weight rows sum to 1 within far less than 1/2 (its
-    q and k are unchanged, so it computes the same weights twice), and the rounding of P (V + c) against
-    P V is of order n_k u (|V| + c) <= 130 * 2^-11 * 1.1 c < c / 10 even in float16."""
+    values all ones, so a normalisation bug is blamed on rows-sum-to-one, not here) and no other head's,
+    within specs.tolerance.value_shift_allowance (c / 2)."""
     problem = data.draw(problems_for(variant), label="problem")
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     assume(heads_kv >= 2)
@@ -97,7 +94,7 @@ def test_each_kv_head_is_read_by_exactly_its_group(variant, data):
     row_sums = trial.call(problem.derive("p = p.replace(v=np.ones_like(p.v))", v=np.ones_like(problem.v)))
     readers = np.arange(heads) // (heads // heads_kv) == g
     expected = np.where(readers[None, :, None, None], shift * row_sums, 0.0)
-    wrong = np.abs(moved - expected) >= shift / 2
+    wrong = np.abs(moved - expected) >= value_shift_allowance(shift).bound
     if wrong.any():
         b, h, i, c = (int(x) for x in np.argwhere(wrong)[0])
         trial.fail(f"adding {shift:.4g} to the values of kv head {g} moved query head {h}'s output by "

@@ -101,6 +101,10 @@ class Allowance:
         """The allowance of a sub-array (same indexing as applied to the output; an array bound)."""
         return Allowance(self.bound[index], self.rule)
 
+    def largest(self) -> Allowance:
+        """The largest element's bound, for every element."""
+        return Allowance(float(np.max(self.bound)), f"largest of ({self.rule})")
+
 
 def unit_roundoff(dtype: np.dtype | str) -> float:
     return float(np.finfo(np.dtype(dtype)).eps) / 2
@@ -383,6 +387,63 @@ def metamorphic_allowance(first: Allowance, second: Allowance, own_first: Allowa
     """
     return Allowance(first.bound + second.bound + own_first.bound + own_second.bound,
                      f"({first.rule}) + ({second.rule}) + ({own_first.rule}) + ({own_second.rule})")
+
+
+def difference_allowance(first: Allowance, second: Allowance) -> Allowance:
+    """Allowed error of a - b, for a computed within `first` of x and b within `second` of y.
+
+    |(a - b) - (x - y)| <= |a - x| + |b - y| (triangle inequality): the sum. So two results of
+    one exact value (x = y) may differ by first + second; a result that must not exceed another
+    (x <= y) may exceed it by as much; and results of different exact values are told apart only
+    where they differ by more.
+    """
+    return Allowance(first.bound + second.bound, f"difference of two results: ({first.rule}) + ({second.rule})")
+
+
+def cosine_exponent_allowance(scale: float, d: int) -> Allowance:
+    """Allowed error of s c, c = 2 |x_i| |x_m| or |x_i| |x_j| - |x_i|^2, with float64 norms of unit vectors of length d.
+
+    A product of two such norms is within unit_vector_allowance(d) of exact (it is a.b of unit
+    vectors, rounded no worse); c is twice one product, or the difference of two (difference_allowance):
+    either way within 2 unit_vector_allowance(d), so s c within 2 |s| unit_vector_allowance(d).
+    """
+    unit = unit_vector_allowance(d)
+    return Allowance(2 * abs(scale) * unit.bound, f"s x two products of unit-vector norms: 2|s| x ({unit.rule})")
+
+
+def elementwise_product_allowance(a: np.ndarray, a_allowance: Allowance, b: np.ndarray,
+                                  b_allowance: Allowance) -> Allowance:
+    """Allowance for a * b (element by element) when a and b are known to within their allowances.
+
+    a b - a* b* = a (b - b*) + b (a - a*) - (a - a*)(b - b*): to first order
+    |a| b_allowance + |b| a_allowance (the product of the two allowances is second order).
+    """
+    return Allowance(np.abs(a) * b_allowance.bound + np.abs(b) * a_allowance.bound,
+                     f"product of two results: |a| ({b_allowance.rule}) + |b| ({a_allowance.rule})")
+
+
+def dropout_survivor_allowance(weights_allowance: Allowance, exact_weights: np.ndarray, p: float,
+                               dtype: np.dtype | str) -> Allowance:
+    """Allowed |W_ij / (1 - p) - P_ij / (1 - p)| for a weight that survives dropout with rate p.
+
+    W is within `weights_allowance` of P; dividing by 1 - p divides that error by 1 - p, and the
+    rescaling rounds once in `dtype`: u P_ij / (1 - p) to first order.
+    """
+    bound = (weights_allowance.bound + unit_roundoff(dtype) * exact_weights) / (1 - p)
+    return Allowance(bound, f"(({weights_allowance.rule}) + u P) / (1 - p), p={p:g}: the weights' allowance "
+                            "rescaled, plus 1 ulp of the rescaling")
+
+
+def value_shift_allowance(shift: float) -> Allowance:
+    """Allowed error of out(V + c) - out(V) = c x (the row sums of the weights) when a head's values all move by c.
+
+    c / 2. The implementation computes the same weights in both calls (q and k are unchanged) and
+    the row sums are read from its own output on values all ones, so a correct head differs from
+    c x row sums only by the rounding of P (V + c) against P V: of order n_k u (|V| + c) <=
+    130 * 2^-11 * 1.1 c < c / 10 even in float16 (c >= 10 max|V|). A head that reads the wrong kv
+    head moves by 0 where c is expected, or by ~c where 0 is: c / 2 tells the two apart.
+    """
+    return Allowance(shift / 2, f"half the value shift c = {shift:.4g} (rounding of P(V + c) < c / 10)")
 
 
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:

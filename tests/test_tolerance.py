@@ -124,6 +124,12 @@ def _every_allowance() -> dict[str, Allowance]:
         "score_perturbation_allowance": tolerance.score_perturbation_allowance(p.q, p.k, p.v, np.ones((1, 1, 3, 1))),
         "own_rounding_bound": own,
         "metamorphic_allowance": tolerance.metamorphic_allowance(allowance, allowance, own, own),
+        "difference_allowance": tolerance.difference_allowance(allowance, own),
+        "cosine_exponent_allowance": tolerance.cosine_exponent_allowance(0.5, 4),
+        "elementwise_product_allowance": tolerance.elementwise_product_allowance(result.out, allowance,
+                                                                                 result.out, own),
+        "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
+        "value_shift_allowance": tolerance.value_shift_allowance(10.0),
     }
 
 
@@ -134,3 +140,15 @@ def test_every_allowed_error_is_an_allowance_naming_its_rule():
     for name, allowance in found.items():
         assert isinstance(allowance, Allowance), f"{name} returned a {type(allowance).__name__}"
         assert allowance.rule and np.all(np.asarray(allowance.bound) >= 0), name
+
+
+def test_named_rules_give_the_numbers_of_the_factors_they_name():
+    """The rules that replaced inline factors in the properties allow exactly what those factors allowed."""
+    a = Allowance(np.array([[1.0, 3.0]]), "a")
+    assert np.array_equal(tolerance.difference_allowance(a, a).bound, 2 * a.bound)
+    assert tolerance.difference_allowance(a.largest(), a.largest()).bound == 2 * a.bound.max()
+    assert tolerance.cosine_exponent_allowance(0.5, 4).bound == 2 * 0.5 * tolerance.unit_vector_allowance(4).bound
+    assert tolerance.value_shift_allowance(10.0).bound == 10.0 / 2
+    exact = np.array([[0.25, 0.75]])
+    assert np.array_equal(tolerance.dropout_survivor_allowance(a, exact, 0.1, "float32").bound,
+                          (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)
