@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.assertions import assert_within
 from harness.markers import checks
 from specs.problems import build
 from specs.reference import attention
@@ -44,7 +45,7 @@ def test_output_depends_on_the_key(n, d, seed):
     out, out_other = _run(q, k, v), _run(q, other_k, v)
     explained, allowance = _explained(q, k, v)
     _, allowance_other = _explained(q, other_k, v)
-    assert np.all(np.abs(out - explained) <= allowance.bound), "the output should be softmax(Q Q^T) V"
+    assert_within(out, explained, allowance, what="the code's out", versus="softmax(Q Q^T) V")
     assert np.any(np.abs(out - out_other) > difference_allowance(allowance, allowance_other).bound), (
         "replacing the key by -3 k + 1 changes the output by no more than rounding: "
         "coordinates @ coordinates^T = Q U^T U Q^T = Q Q^T, the key's basis cancels")
