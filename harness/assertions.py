@@ -28,8 +28,8 @@ class Comparison:
         return not self.details
 
 
-def _index(position: tuple[int, ...]) -> str:
-    return ", ".join(map(str, position))
+def _element(what: str, position: tuple[int, ...]) -> str:
+    return f"{what}[{', '.join(map(str, position))}]" if position else what
 
 
 def compare(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what: str = "out") -> Comparison:
@@ -53,7 +53,7 @@ def compare(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what
     worst = np.unravel_index(int(np.argmax(np.where(bad, badness, -1.0))), bad.shape)
     nan = int(np.isnan(got).sum())
     details = (
-        f"worst element {what}[{_index(worst)}]: got {got[worst]!r}, expected {expected[worst]!r}, "
+        f"worst element {_element(what, worst)}: got {float(got[worst])!r}, expected {float(expected[worst])!r}, "
         f"|error| {error[worst]:.3g} > allowed {bound[worst]:.3g}",
         f"elements over tolerance: {int(bad.sum())} of {bad.size}" + (f" ({nan} NaN)" if nan else ""),
         f"tolerance: {allowance.rule}",

@@ -173,7 +173,7 @@ class Trial:
         transformed.check_code()  # its steps go into the repro script
         sides = [self._output_with_own_bound(problem) for problem in (transformed, self.problem)]
         (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
-            (out[index], allowance.take(index), own[index])
+            (out[index], allowance.take(index), own.take(index))
             for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
         bound = metamorphic_allowance(got_allowance, expected_allowance, got_own, expected_own)
         script = "\n".join([
@@ -194,7 +194,7 @@ class Trial:
         out, allowance, own = contiguous._output_with_own_bound(contiguous.problem)
         return out, metamorphic_allowance(allowance, allowance, own, own)
 
-    def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, np.ndarray]:
+    def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, Allowance]:
         out = self.call(problem)
         oracle, allowance = self.oracle(problem)
         on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))"))

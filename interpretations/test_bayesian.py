@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.assertions import assert_within
 from harness.markers import checks
 from specs.problems import build
 from specs.tolerance import forward_allowance
@@ -34,9 +35,8 @@ def test_weights_are_normalised_prior_times_likelihood(n, d, seed):
     # q'_i = [q_i, sqrt(2) e_i], k'_j = [k_j, sqrt(2) e_j], whose dot products add 2 on the diagonal.
     q_aug, k_aug = (np.hstack([x, np.sqrt(2.0) * np.eye(n)])[None, None] for x in (q, k))
     expected, allowance = forward_allowance(q_aug, k_aug, np.eye(n)[None, None], dtype="float64", scale=1.0)
-    assert np.all(np.abs(weights - expected.out[0, 0]) <= allowance.bound[0, 0]), (
-        f"weights {np.round(weights[0], 4).tolist()} are not posterior / sum(posterior) "
-        f"{np.round(expected.out[0, 0, 0], 4).tolist()}: the code applies softmax to the posterior")
+    assert_within(weights, expected.out[0, 0], allowance.take((0, 0)), what="the code's weight matrix",
+                  versus="posterior / sum(posterior)")
 
 
 @checks("bayesian-code-finite", subject=SUBJECT)

@@ -7,13 +7,12 @@ code is checked as written.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from harness.assertions import assert_within
 from harness.markers import checks
 from harness.observe import ObservedWeights, observe_weights
 from harness.trial import Trial, problems_for
@@ -21,11 +20,13 @@ from specs.problems import Problem, build
 from specs.reference import repeat_kv
 from specs.strategies import head_dims, lengths
 from specs.tolerance import (
+    Allowance,
+    cosine_exponent_allowance,
+    difference_allowance,
     dot_product_allowance,
     entropy_allowance,
     forward_allowance,
     unit_roundoff,
-    unit_vector_allowance,
 )
 
 SUBJECT = "seed002-geometric"
@@ -98,12 +99,12 @@ def test_cosine_attention_is_sdpa_on_unit_vectors_with_scale_10(problem, rescale
     assume(np.all(np.linalg.norm(q, axis=-1) > 0) and np.all(np.linalg.norm(k, axis=-1) > 0))
     out, weights = _seed_code(q, k, v)
     oracle, allowance = forward_allowance(_unit(q), _unit(k), v, dtype="float64", scale=10.0)
-    assert np.all(np.abs(out - oracle.out) <= allowance.bound), (
-        f"cosine attention != SDPA(q/|q|, k/|k|, scale=10) on {problem!r}")
+    assert_within(out, oracle.out, allowance, what="cosine attention's out", versus="SDPA(q/|q|, k/|k|, scale=10)")
     _, weights_allowance = forward_allowance(_unit(q), _unit(k), np.eye(k.shape[2])[None, None], dtype="float64",
                                              scale=10.0)
     _, rescaled = _seed_code(q * rescale, k / rescale, v)
-    assert np.all(np.abs(rescaled - weights) <= 2 * weights_allowance.bound), "weights change when q, k are rescaled"
+    assert_within(rescaled, weights, difference_allowance(weights_allowance, weights_allowance),
+                  what=f"the cosine weight matrix of ({rescale!r} q, k / {rescale!r})", versus="that of (q, k)")
 
 
 def orthogonal_move(q: np.ndarray, k: np.ndarray, seed: int) -> np.ndarray:
@@ -125,10 +126,9 @@ def test_weights_depend_only_on_projection_onto_key_span(n_k, extra, seed):
     _, allowance = forward_allowance(_unit(q), _unit(k), np.eye(n_k)[None, None], dtype="float64", scale=10.0)
     _, weights = _seed_code(q, k, v)
     _, weights_moved = _seed_code(moved, k, v)
-    gap = np.abs(weights - weights_moved).max()
-    assert gap <= 2 * allowance.bound.max(), (
-        f"adding a component orthogonal to every key (same projection onto their span) changes the cosine "
-        f"weights by {gap:.3g}: q {q[0, 0, 0].round(3).tolist()} -> {moved[0, 0, 0].round(3).tolist()}")
+    assert_within(weights_moved, weights, difference_allowance(allowance.largest(), allowance.largest()),
+                  what="the cosine weight matrix of q + a component orthogonal to every key",
+                  versus="that of q (the same projection onto the keys' span)")
 
 
 @checks("softmax-temperature")
@@ -141,10 +141,13 @@ def test_entropy_grows_with_temperature(scores, temperatures):
         w = np.exp((x - x.max()) / t)
         w /= w.sum()
         entropies.append(-np.sum(w[w > 0] * np.log(w[w > 0])))
-    slack = 2 * entropy_allowance(len(x))
-    assert all(a <= b + slack for a, b in itertools.pairwise(entropies)), (
-        f"entropy {entropies} is not non-decreasing in T = {sorted(temperatures)}")
-    assert entropies[-1] <= np.log(len(x)) + slack
+    entropies = np.array(entropies)
+    slack = difference_allowance(entropy_allowance(len(x)), entropy_allowance(len(x)))
+    drops = np.maximum(entropies[:-1] - entropies[1:], 0.0)
+    assert_within(drops, np.zeros_like(drops), slack, what="entropy drop from T_i to T_i+1 (T ascending)",
+                  versus="0 (entropy non-decreasing in T)")
+    assert_within(np.maximum(entropies[-1] - np.log(len(x)), 0.0), np.asarray(0.0), slack,
+                  what="entropy above log n at the highest T", versus="0 (entropy at most log n)")
 
 
 @checks("softmax-temperature")
@@ -156,10 +159,14 @@ def test_temperature_limits_are_argmax_and_uniform(scores):
     n = len(x)
     cold = np.exp((x - x.max()) * 40.0)
     cold /= cold.sum()
-    assert cold[np.argmax(x)] >= 1 - n * np.exp(-40.0)
+    assert_within(cold[np.argmax(x)], np.asarray(1.0),
+                  Allowance(n * np.exp(-40.0), "T = 1/40, score gaps >= 1: 1 - top weight <= (n - 1) e^-40"),
+                  what="the top weight of softmax(40 x)", versus="1")
     hot = np.exp((x - x.max()) / 1e6)
     hot /= hot.sum()
-    assert np.all(np.abs(hot - 1 / n) <= 40.0 / 1e6 / n * np.e)
+    assert_within(hot, np.full(n, 1 / n),
+                  Allowance(40.0 / 1e6 / n * np.e, "T = 1e6, |x_i - x_j| <= 40: |w_i - 1/n| <= (e^(40/T) - 1)/n"),
+                  what="softmax(x / 1e6)", versus="1/n")
 
 
 def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
@@ -167,11 +174,11 @@ def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
     So within a row W_ij / W_il = e^{s (x_i.x_j - x_i.x_l)} <= e^{2 s |x_i| max_m |x_m|} (the cosine range), and
     W_ij / W_ii <= e^{s |x_i| max(0, |x_j| - |x_i|)} (a token's own key scores highest). Norms are those of the
     tokens the implementation received (unit up to its dtype's rounding); the exponents carry
-    2 s unit_vector_allowance(d) for the float64 norms and products of this check."""
+    cosine_exponent_allowance(s, d) for the float64 norms and products of this check."""
     x = trial.exact_inputs(observed.problem)[0]
     s = observed.oracle.scale
     norms = np.linalg.norm(x, axis=-1)[..., :, None]  # (..., n, 1)
-    rounding = 2 * s * unit_vector_allowance(x.shape[-1])
+    rounding = cosine_exponent_allowance(s, x.shape[-1]).bound
     low, high = observed.weights - observed.allowance.bound, observed.weights + observed.allowance.bound
     spread = np.exp(2 * s * norms * norms.max(axis=-2, keepdims=True) + rounding)
     too_far = low.max(axis=-1, keepdims=True) - spread * high.min(axis=-1, keepdims=True)
@@ -210,21 +217,18 @@ def expect_symmetric_scores(trial: Trial, observed: ObservedWeights) -> None:
     s = observed.oracle.scale
     logs, log_error = _log_weights(observed)
     own = s * np.sum(x * x, axis=-1)[..., :, None]
-    own_error = abs(s) * _diagonal(dot_product_allowance(x, x))
+    own_error = abs(s) * _diagonal(dot_product_allowance(x, x).bound)
     scores = logs - _diagonal(logs) + own
     magnitude = np.abs(logs) + np.abs(_diagonal(logs)) + np.abs(own)
-    error = log_error + _diagonal(log_error) + own_error + 4 * U * magnitude
-    allowed = error + error.swapaxes(-1, -2)
-    gap = np.abs(scores - scores.swapaxes(-1, -2))
-    excess = np.where(np.isfinite(allowed), gap - allowed, -np.inf)
-    if np.any(excess > 0):
-        where = np.unravel_index(int(np.argmax(excess)), excess.shape)
-        i, j = where[-2:]
-        trial.fail("with Q = K = X the scores read off the weights are not the symmetric matrix s X X^T",
-                   observed.problem,
-                   details=(f"S[{i},{j}] = log W[{i},{j}] - log W[{i},{i}] + s|x_{i}|^2 = {scores[where]:.6g}, "
-                            f"S[{j},{i}] = {scores[where[:-2] + (j, i)]:.6g}: |gap| {gap[where]:.3g} > "
-                            f"allowed {allowed[where]:.3g}",))
+    rule = "log-weight errors + s gamma_{d+1} |x_i|^2 + 4u per term"
+    error = Allowance(log_error + _diagonal(log_error) + own_error + 4 * U * magnitude, rule)
+    allowed = difference_allowance(error, Allowance(error.bound.swapaxes(-1, -2), rule))
+    checked = np.isfinite(allowed.bound)
+    trial.expect_close(np.where(checked, scores, 0.0), np.where(checked, scores.swapaxes(-1, -2), 0.0),
+                       Allowance(np.where(checked, allowed.bound, 0.0), f"{allowed.rule}; unchecked where a weight "
+                                 "is within its allowance of 0"),
+                       what="S_ij = log W_ij - log W_ii + s|x_i|^2", problem=observed.problem,
+                       versus="S_ji (Q = K = X: the scores are the symmetric matrix s X X^T)")
 
 
 @checks("self-attention-scores-symmetric")

@@ -15,7 +15,7 @@ from harness.observe import observe_weights
 from harness.trial import Trial, problems_for
 from specs.problems import build
 from specs.statistics import ALPHA, hoeffding_radius
-from specs.tolerance import Allowance, product_allowance, row_sum_allowance
+from specs.tolerance import Allowance, elementwise_product_allowance, product_allowance, row_sum_allowance
 
 DRAWS = 20_000
 SEED = 50_000
@@ -60,7 +60,7 @@ def test_output_minimises_weighted_squared_distance(variant, data):
     values = trial.values_per_query_head()
     mass = observed.weights.sum(axis=-1, keepdims=True)
     mass_allowance = row_sum_allowance(observed.allowance, observed.weights)
-    allowance = product_allowance(observed.allowance, observed.weights, values) + Allowance(
-        np.abs(mass) * out_allowance.bound + np.abs(out) * mass_allowance.bound, "(sum_j W_ij) x")
+    allowance = (product_allowance(observed.allowance, observed.weights, values)
+                 + elementwise_product_allowance(mass, mass_allowance, out, out_allowance))
     trial.expect_close(mass * out, observed.weights @ values, allowance, what="(sum_j W_ij) out_i",
                        versus="(W V)_i, the weighted least-squares optimality condition")

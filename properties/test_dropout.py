@@ -13,7 +13,7 @@ from harness.observe import observe_weights
 from harness.trial import Trial
 from specs.problems import build
 from specs.statistics import ALPHA, binomial_pvalue
-from specs.tolerance import Allowance, unit_roundoff
+from specs.tolerance import dropout_survivor_allowance
 
 DROPOUT_P = 0.1  # the seed's dropout_p
 SEED = 40_000
@@ -35,10 +35,8 @@ def test_dropout_zeroes_weights_at_rate_p_and_rescales_survivors(variant):
     observed = observe_weights(trial, dropout_p=DROPOUT_P)
     exact = observed.oracle.weights
     kept = observed.weights != 0
-    # survivors: p_ij / (1 - p), up to the weights' allowance and one rounding of the rescaling
-    survivors_bound = (observed.allowance.bound + unit_roundoff(variant.dtype) * exact) / (1 - DROPOUT_P)
     trial.expect_close(np.where(kept, observed.weights, 0.0), np.where(kept, exact / (1 - DROPOUT_P), 0.0),
-                       Allowance(survivors_bound, "weights' allowance / (1 - p) + 1 ulp of the rescaling"),
+                       dropout_survivor_allowance(observed.allowance, exact, DROPOUT_P, variant.dtype),
                        what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,
                        call_line=f"out = fn(q, k, v, **p.kwargs(), dropout_p={DROPOUT_P})")
     dropped, total = int((~kept).sum()), kept.size

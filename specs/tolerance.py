@@ -89,17 +89,21 @@ class ToleranceUndefined(ValueError):
 
 @dataclass(frozen=True)
 class Allowance:
-    """Allowed |got - oracle| per output element, with the rule that produced it."""
+    """Allowed |got - exact| per element, with the rule that produced it (a formula a reader can check)."""
 
-    bound: np.ndarray  # same shape as the output it bounds
+    bound: np.ndarray | float  # shaped like (or broadcasting to) what it bounds; a float bounds every element
     rule: str
 
     def __add__(self, other: Allowance) -> Allowance:
         return Allowance(self.bound + other.bound, f"({self.rule}) + ({other.rule})")
 
     def take(self, index: tuple) -> Allowance:
-        """The allowance of a sub-array (same indexing as applied to the output)."""
+        """The allowance of a sub-array (same indexing as applied to the output; an array bound)."""
         return Allowance(self.bound[index], self.rule)
+
+    def largest(self) -> Allowance:
+        """The largest element's bound, for every element."""
+        return Allowance(float(np.max(self.bound)), f"largest of ({self.rule})")
 
 
 def unit_roundoff(dtype: np.dtype | str) -> float:
@@ -230,13 +234,14 @@ def row_sum_allowance(weights_allowance: Allowance, weights: np.ndarray) -> Allo
     return product_allowance(weights_allowance, weights, np.ones((weights.shape[-1], 1)))
 
 
-def dot_product_allowance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def dot_product_allowance(a: np.ndarray, b: np.ndarray) -> Allowance:
     """Allowed error of the float64 products a @ b.T: gamma_{d+1} |a| |b|^T (Higham § 3.1)."""
     d = a.shape[-1]
-    return (d + 1) * unit_roundoff(np.float64) * (np.abs(a) @ np.abs(b).swapaxes(-1, -2))
+    return Allowance((d + 1) * unit_roundoff(np.float64) * (np.abs(a) @ np.abs(b).swapaxes(-1, -2)),
+                     "float64 dot products a @ b^T: (d+1)u |a| |b|^T (gamma_{d+1})")
 
 
-def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> float:
+def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> Allowance:
     """Allowed error of one rotary score rot(q, m) . rot(k, n) with positions up to `max_position`.
 
     Each angle position * base^(-2i/d) <= max_position is rounded (product and pow,
@@ -246,12 +251,13 @@ def rope_score_allowance(q: np.ndarray, k: np.ndarray, max_position: int) -> flo
     """
     d = q.shape[-1]
     norms = float(np.linalg.norm(q) * np.linalg.norm(k))
-    return (d + 7 + 4 * max_position) * unit_roundoff(np.float64) * norms
+    return Allowance((d + 7 + 4 * max_position) * unit_roundoff(np.float64) * norms,
+                     f"rotary score, positions <= {max_position}: (d+7+4*{max_position})u |q| |k|")
 
 
 def lse_allowance(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, *, dtype: np.dtype | str, oracle: AttentionResult, **kwargs
-) -> np.ndarray:
+) -> Allowance:
     """Allowed |lse_i - oracle lse_i| (shape (..., n_q)) for an implementation computing in `dtype`.
 
     lse = m + log(l): the row maximum carries the score error, log(l) the row
@@ -267,34 +273,37 @@ def lse_allowance(
     finite = np.isfinite(oracle.lse)
     magnitude = np.where(finite, np.abs(oracle.lse), 0.0)
     if dtype == np.float64:
-        return SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude)
+        return Allowance(SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude),
+                         "float64 lse: 2*((d+6)u*A_i + (n_k+4)u + u|lse_i|)")
     with np.errstate(all="ignore"):
         naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
     if not np.all(np.isfinite(naive) == finite):
         raise ToleranceUndefined(f"the naive {dtype} log-sum-exp overflows on this input")
     naive_error = float(np.max(np.abs(np.where(finite, naive - oracle.lse, 0.0)), initial=0.0))
-    return K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude
+    return Allowance(K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude,
+                     f"{dtype} lse: {K_FORWARD:g} x the naive {dtype} lse error ({naive_error:.3g}) "
+                     "+ sqrt(d)u*A_i + (n_k+4)u + u|lse_i|")
 
 
 def merge_allowance(
-    shares: list[np.ndarray], outs: list[np.ndarray], out_bounds: list[np.ndarray], lse_bounds: list[np.ndarray]
+    shares: list[np.ndarray], outs: list[np.ndarray], out_allowances: list[Allowance], lse_allowances: list[Allowance]
 ) -> Allowance:
-    """Allowance for O = sum_b w_b O_b with w_b = exp(lse_b - lse), from parts known to within bounds.
+    """Allowance for O = sum_b w_b O_b with w_b = exp(lse_b - lse), from parts known to within allowances.
 
     A lse error e_b moves w_b by w_b (e_b + max_c e_c) to first order, so
     |dO| <= sum_b w_b |dO_b| + 2 max_b e_b sum_b w_b |O_b| + the float64 merge's own
     rounding (8u relative).
     """
     u = unit_roundoff(np.float64)
-    worst_lse = np.max(np.stack(lse_bounds), axis=0)[..., None]
+    worst_lse = np.max(np.stack([a.bound for a in lse_allowances]), axis=0)[..., None]
     magnitude = sum(w[..., None] * np.abs(o) for w, o in zip(shares, outs, strict=True))
-    bound = sum(w[..., None] * b for w, b in zip(shares, out_bounds, strict=True))
+    bound = sum(w[..., None] * a.bound for w, a in zip(shares, out_allowances, strict=True))
     bound = bound + (2 * worst_lse + 8 * u) * magnitude
     return Allowance(bound, "merge of partial attentions: sum_b w_b a_b + 2 max_b e_b sum_b w_b |O_b|")
 
 
 def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float | None = None,
-                                     mask: np.ndarray | None = None) -> float:
+                                     mask: np.ndarray | None = None) -> Allowance:
     """Allowed |<dO, J E>_complex-step - <grad, E>_analytic| in float64.
 
     With P the weights and |E_S| = |s| (|E_q| |K|^T + |Q| |E_k|^T) the size of the
@@ -313,25 +322,28 @@ def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float
     spread = p @ np.abs(ev_all) + (p * e_s) @ np.abs(v_all) + (p * e_s).sum(-1, keepdims=True) * (p @ np.abs(v_all))
     magnitude = float(np.sum(np.abs(d_out) * spread))
     n_k, d, d_v = k.shape[2], q.shape[3], v.shape[3]
-    return SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude
+    return Allowance(SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude,
+                     "complex step against analytic <grad, E>: 2 * 2(n_k+d+d_v+10)u * sum |dO| G")
 
 
-def entropy_allowance(n: int) -> float:
+def entropy_allowance(n: int) -> Allowance:
     """Allowed error of the float64 entropy of a softmax over n entries.
 
     Each p_i carries relative error <= (n + 4) u, so |dH| <= sum_i |dp_i| (|log p_i| + 1)
     <= (n + 4) u (H + 1) <= (n + 4) u (log n + 1); SAFETY for the log's own rounding.
     """
-    return SAFETY * (n + 4) * unit_roundoff(np.float64) * (math.log(n) + 1)
+    return Allowance(SAFETY * (n + 4) * unit_roundoff(np.float64) * (math.log(n) + 1),
+                     f"float64 entropy over n={n}: 2(n+4)u(log n + 1)")
 
 
-def unit_vector_allowance(d: int) -> float:
+def unit_vector_allowance(d: int) -> Allowance:
     """Allowed error of a.b, |a - b|^2 or cos(a, b) for float64 unit vectors of length d.
 
     Normalising leaves |a| within (d + 2) u of 1, the dot product adds gamma_d, and
     the cosine's division 2u: SAFETY * (2 d + 6) u covers any of them.
     """
-    return SAFETY * (2 * d + 6) * unit_roundoff(np.float64)
+    return Allowance(SAFETY * (2 * d + 6) * unit_roundoff(np.float64),
+                     f"float64 unit vectors of length d={d}: 2(2d+6)u")
 
 
 def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, score_error: np.ndarray,
@@ -349,7 +361,7 @@ def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, sc
 
 
 def own_rounding_bound(oracle: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                       out_on_abs_values: np.ndarray, *, dtype: np.dtype | str) -> np.ndarray:
+                       out_on_abs_values: np.ndarray, *, dtype: np.dtype | str) -> Allowance:
     """The a-priori bound with the implementation's own weights W in place of the oracle's.
 
     Whatever weights an implementation applies, rounding its scores and sums moves its output by at
@@ -358,11 +370,12 @@ def own_rounding_bound(oracle: AttentionResult, q: np.ndarray, k: np.ndarray, v:
     """
     u = unit_roundoff(dtype)
     row_magnitude = _first_order_terms(oracle, q, k, v)[0]
-    return (2 * (q.shape[3] + 6) * u * row_magnitude + (3 * k.shape[2] + 4) * u) * out_on_abs_values
+    return Allowance((2 * (q.shape[3] + 6) * u * row_magnitude + (3 * k.shape[2] + 4) * u) * out_on_abs_values,
+                     "own rounding with the implementation's weights W: (2(d+6)u*A_i + (3n_k+4)u) |W||V|")
 
 
-def metamorphic_allowance(first: Allowance, second: Allowance, own_first: np.ndarray,
-                          own_second: np.ndarray) -> Allowance:
+def metamorphic_allowance(first: Allowance, second: Allowance, own_first: Allowance,
+                          own_second: Allowance) -> Allowance:
     """Allowance for |out_first - out_second|, two outputs of one implementation that should agree.
 
     If the implementation is correct, each output is within its oracle allowance
@@ -372,8 +385,65 @@ def metamorphic_allowance(first: Allowance, second: Allowance, own_first: np.nda
     implementation whose output is not attention (another claim's failure) for the
     rounding of that output.
     """
-    return Allowance(first.bound + second.bound + own_first + own_second,
-                     f"({first.rule}) + ({second.rule}) + own rounding with the implementation's weights")
+    return Allowance(first.bound + second.bound + own_first.bound + own_second.bound,
+                     f"({first.rule}) + ({second.rule}) + ({own_first.rule}) + ({own_second.rule})")
+
+
+def difference_allowance(first: Allowance, second: Allowance) -> Allowance:
+    """Allowed error of a - b, for a computed within `first` of x and b within `second` of y.
+
+    |(a - b) - (x - y)| <= |a - x| + |b - y| (triangle inequality): the sum. So two results of
+    one exact value (x = y) may differ by first + second; a result that must not exceed another
+    (x <= y) may exceed it by as much; and results of different exact values are told apart only
+    where they differ by more.
+    """
+    return Allowance(first.bound + second.bound, f"difference of two results: ({first.rule}) + ({second.rule})")
+
+
+def cosine_exponent_allowance(scale: float, d: int) -> Allowance:
+    """Allowed error of s c, c = 2 |x_i| |x_m| or |x_i| |x_j| - |x_i|^2, with float64 norms of unit vectors of length d.
+
+    A product of two such norms is within unit_vector_allowance(d) of exact (it is a.b of unit
+    vectors, rounded no worse); c is twice one product, or the difference of two (difference_allowance):
+    either way within 2 unit_vector_allowance(d), so s c within 2 |s| unit_vector_allowance(d).
+    """
+    unit = unit_vector_allowance(d)
+    return Allowance(2 * abs(scale) * unit.bound, f"s x two products of unit-vector norms: 2|s| x ({unit.rule})")
+
+
+def elementwise_product_allowance(a: np.ndarray, a_allowance: Allowance, b: np.ndarray,
+                                  b_allowance: Allowance) -> Allowance:
+    """Allowance for a * b (element by element) when a and b are known to within their allowances.
+
+    a b - a* b* = a (b - b*) + b (a - a*) - (a - a*)(b - b*): to first order
+    |a| b_allowance + |b| a_allowance (the product of the two allowances is second order).
+    """
+    return Allowance(np.abs(a) * b_allowance.bound + np.abs(b) * a_allowance.bound,
+                     f"product of two results: |a| ({b_allowance.rule}) + |b| ({a_allowance.rule})")
+
+
+def dropout_survivor_allowance(weights_allowance: Allowance, exact_weights: np.ndarray, p: float,
+                               dtype: np.dtype | str) -> Allowance:
+    """Allowed |W_ij / (1 - p) - P_ij / (1 - p)| for a weight that survives dropout with rate p.
+
+    W is within `weights_allowance` of P; dividing by 1 - p divides that error by 1 - p, and the
+    rescaling rounds once in `dtype`: u P_ij / (1 - p) to first order.
+    """
+    bound = (weights_allowance.bound + unit_roundoff(dtype) * exact_weights) / (1 - p)
+    return Allowance(bound, f"(({weights_allowance.rule}) + u P) / (1 - p), p={p:g}: the weights' allowance "
+                            "rescaled, plus 1 ulp of the rescaling")
+
+
+def value_shift_allowance(shift: float) -> Allowance:
+    """Allowed error of out(V + c) - out(V) = c x (the row sums of the weights) when a head's values all move by c.
+
+    c / 2. The implementation computes the same weights in both calls (q and k are unchanged) and
+    the row sums are read from its own output on values all ones, so a correct head differs from
+    c x row sums only by the rounding of P (V + c) against P V: of order n_k u (|V| + c) <=
+    130 * 2^-11 * 1.1 c < c / 10 even in float16 (c >= 10 max|V|). A head that reads the wrong kv
+    head moves by 0 where c is expected, or by ~c where 0 is: c / 2 tells the two apart.
+    """
+    return Allowance(shift / 2, f"half the value shift c = {shift:.4g} (rounding of P(V + c) < c / 10)")
 
 
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:

@@ -42,8 +42,8 @@ def _bounds(tolerance) -> list[np.ndarray]:
             except tolerance.ToleranceUndefined:
                 continue
             found += [allowance.bound, allowance.take((..., slice(0, 1))).bound,
-                      tolerance.lse_allowance(p.q, p.k, p.v, dtype=dtype, oracle=oracle, **kwargs)]
-        found.append(tolerance.dot_product_allowance(p.q, p.q))
+                      tolerance.lse_allowance(p.q, p.k, p.v, dtype=dtype, oracle=oracle, **kwargs).bound]
+        found.append(tolerance.dot_product_allowance(p.q, p.q).bound)
     return found
 
 

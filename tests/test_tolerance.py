@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from impls.numpy_tiled import tiled_attention
+from specs import tolerance
 from specs.problems import SCORE_STYLES, VALUE_STYLES, build
 from specs.reference import attention
 from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance
@@ -98,3 +99,56 @@ def test_allowances_add_and_slice():
     total = a + b
     assert np.all(total.bound == 3) and total.rule == "(a) + (b)"
     assert total.take((slice(None), 0)).bound.shape == (2,)
+
+
+def _every_allowance() -> dict[str, Allowance]:
+    """One call of each public function of specs.tolerance that returns an allowed error."""
+    p = build(n_q=3, n_k=4, d=4, d_v=2, seed=1)
+    result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+    rng = np.random.default_rng(0)
+    directions = tuple(rng.standard_normal(x.shape) for x in (p.q, p.k, p.v))
+    own = tolerance.own_rounding_bound(result, p.q, p.k, p.v, np.abs(result.out), dtype="float64")
+    lse = tolerance.lse_allowance(p.q, p.k, p.v, dtype="float32", oracle=result)
+    return {
+        "forward_allowance": allowance,
+        "product_allowance": tolerance.product_allowance(allowance, result.out, np.ones((2, 1))),
+        "row_sum_allowance": tolerance.row_sum_allowance(allowance, result.out),
+        "dot_product_allowance": tolerance.dot_product_allowance(p.q, p.k),
+        "rope_score_allowance": tolerance.rope_score_allowance(p.q[0, 0, 0], p.k[0, 0, 0], 10),
+        "lse_allowance": lse,
+        "merge_allowance": tolerance.merge_allowance([np.ones(result.lse.shape)], [result.out], [allowance], [lse]),
+        "directional_derivative_allowance": tolerance.directional_derivative_allowance(
+            p.q, p.k, p.v, rng.standard_normal(result.out.shape), directions),
+        "entropy_allowance": tolerance.entropy_allowance(5),
+        "unit_vector_allowance": tolerance.unit_vector_allowance(4),
+        "score_perturbation_allowance": tolerance.score_perturbation_allowance(p.q, p.k, p.v, np.ones((1, 1, 3, 1))),
+        "own_rounding_bound": own,
+        "metamorphic_allowance": tolerance.metamorphic_allowance(allowance, allowance, own, own),
+        "difference_allowance": tolerance.difference_allowance(allowance, own),
+        "cosine_exponent_allowance": tolerance.cosine_exponent_allowance(0.5, 4),
+        "elementwise_product_allowance": tolerance.elementwise_product_allowance(result.out, allowance,
+                                                                                 result.out, own),
+        "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
+        "value_shift_allowance": tolerance.value_shift_allowance(10.0),
+    }
+
+
+def test_every_allowed_error_is_an_allowance_naming_its_rule():
+    found = _every_allowance()
+    public = {name for name in dir(tolerance) if name.endswith(("_allowance", "_bound")) and not name.startswith("_")}
+    assert public <= set(found), f"not covered here: {sorted(public - set(found))}"
+    for name, allowance in found.items():
+        assert isinstance(allowance, Allowance), f"{name} returned a {type(allowance).__name__}"
+        assert allowance.rule and np.all(np.asarray(allowance.bound) >= 0), name
+
+
+def test_named_rules_give_the_numbers_of_the_factors_they_name():
+    """The rules that replaced inline factors in the properties allow exactly what those factors allowed."""
+    a = Allowance(np.array([[1.0, 3.0]]), "a")
+    assert np.array_equal(tolerance.difference_allowance(a, a).bound, 2 * a.bound)
+    assert tolerance.difference_allowance(a.largest(), a.largest()).bound == 2 * a.bound.max()
+    assert tolerance.cosine_exponent_allowance(0.5, 4).bound == 2 * 0.5 * tolerance.unit_vector_allowance(4).bound
+    assert tolerance.value_shift_allowance(10.0).bound == 10.0 / 2
+    exact = np.array([[0.25, 0.75]])
+    assert np.array_equal(tolerance.dropout_survivor_allowance(a, exact, 0.1, "float32").bound,
+                          (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)

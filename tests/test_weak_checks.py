@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.assertions import assert_within
 from harness.evidence import PropertyViolation
 from harness.observe import observe_weights
 from harness.trial import Trial
@@ -74,7 +75,7 @@ def test_symmetric_scores_accept_correct_attention(target, problem):
 @pytest.mark.parametrize("problem", PROBLEMS[:2], ids=repr)
 def test_symmetric_scores_reject_bias_and_mis_scaled_keys(wrong, problem):
     trial = _trial(wrong, problem)
-    with pytest.raises(PropertyViolation, match="not the symmetric matrix s X X"):
+    with pytest.raises(PropertyViolation, match=r"differs from S_ji \(Q = K = X: the scores are the symmetric"):
         geometric.expect_symmetric_scores(trial, _observe(trial, geometric.self_attention))
 
 
@@ -135,10 +136,11 @@ def test_dot_product_attention_ignores_components_orthogonal_to_the_keys():
     one_hot = np.eye(2)[None, None]
     dq = moved - p.q
     # |s dq.k_j| as computed plus its rounding, plus the rounding of both score computations
-    leftover = (np.abs(dq @ p.k.swapaxes(-1, -2)) + dot_product_allowance(dq, p.k)
-                + dot_product_allowance(moved, p.k) + dot_product_allowance(p.q, p.k))
+    rounding = dot_product_allowance(dq, p.k) + dot_product_allowance(moved, p.k) + dot_product_allowance(p.q, p.k)
+    leftover = np.abs(dq @ p.k.swapaxes(-1, -2)) + rounding.bound
     allowance = score_perturbation_allowance(p.q, p.k, one_hot, leftover.max(axis=-1, keepdims=True) / np.sqrt(3))
-    assert np.all(np.abs(attention(moved, p.k, one_hot).out - attention(p.q, p.k, one_hot).out) <= allowance.bound)
+    assert_within(attention(moved, p.k, one_hot).out, attention(p.q, p.k, one_hot).out, allowance,
+                  what="weights of q + a component orthogonal to every key", versus="the weights of q")
 
 
 # -- seed 003 § 2- qk点乘: q1 against x2, x3, x4 only ------------------------------------------
@@ -205,7 +207,7 @@ def test_concat_then_projection_rejects_other_combinations(mix):
     per_head = attention(x_heads, x_heads, x_heads).out
     combined = (per_head[:, ::-1] if mix == "reversed heads" else np.broadcast_to(per_head.mean(1, keepdims=True),
                                                                                    per_head.shape))
-    with pytest.raises(AssertionError, match=r"is not concat\(Z_1..Z_3\) W_O"):
+    with pytest.raises(AssertionError, match=r"the multi-head output differs from concat\(Z_1..Z_3\) W_O"):
         heads.expect_concat_then_projection(merge_heads(np.ascontiguousarray(combined)) @ w_o, x, 3, w_o)
 
 
