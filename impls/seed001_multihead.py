@@ -5,7 +5,8 @@ What had to change for it to run at all (recorded in the claim catalogue):
 - `MultiHeadAttention(q, k, v)` is "given later" but never given; it is the
   seed's own § 1.4 scaled dot-product formula, applied per head;
 - `multi_head_split` reads `num_head` and `head_dim` from the enclosing scope
-  and `multi_head_merge(x, b)` ignores its `b`: both kept as written.
+  and `multi_head_merge(x, b)` ignores its `b`: both run as written, from
+  impls/seed_code/seed001_multihead.py, with those two names in their scope.
 The protocol hands q, k, v already split into heads, so they are merged into
 the (batch, len, hdim) tensors the pseudo-code expects, run through it, and the
 merged output is split back. All of q, k, v share hdim in the pseudo-code, so
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from impls.registry import attention_impl
+from impls.seed_code.seed001_multihead import SEED_SPLIT_MERGE
 from impls.torch_convert import to_torch
 
 
@@ -30,17 +32,10 @@ def seed_multi_head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> to
     hdim = num_head * head_dim
     assert hdim % head_dim == 0
 
-    def multi_head_split(x):
-        # x: (batch_size, len, hdim)
-        b, l, hdim = x.size()
-        x = x.reshape(b, l, num_head, head_dim).transpose(1, 2)  # (b, num_head, l, dim)
-        return x
-
-    def multi_head_merge(x, b):
-        # x: (batch_ize, num_head, len, head_dim)
-        b, num_head, l, head_dim = x.size()
-        x = x.transpose(1, 2).reshape(b, l, num_head * head_dim)  # (batch_size, l, hdim)
-        return x
+    # the seed's split / merge, as written (impls/seed_code), reading num_head and head_dim from its scope
+    scope = {"num_head": num_head, "head_dim": head_dim}
+    exec(compile(SEED_SPLIT_MERGE, "seed001_split_merge", "exec"), scope)
+    multi_head_split, multi_head_merge = scope["multi_head_split"], scope["multi_head_merge"]
 
     def MultiHeadAttention(q, k, v):
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(head_dim)
