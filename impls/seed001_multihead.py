@@ -28,7 +28,7 @@ from impls.torch_convert import to_torch
 @attention_impl(name="seed001-multihead", backend="torch", dtypes=("float64",), gqa=False,
                 value_dim=False)
 def seed_multi_head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> torch.Tensor:
-    batch_size, num_head, q_len, head_dim = q.shape
+    batch_size, num_head, _, head_dim = q.shape
     hdim = num_head * head_dim
     assert hdim % head_dim == 0
 
