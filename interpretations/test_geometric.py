@@ -198,6 +198,14 @@ def expect_cosine_weights(trial: Trial, observed: ObservedWeights) -> None:
                             f"{observed.weights[where[:-1] + (i,)]:.6g}",))
 
 
+def opposite_unit_tokens() -> Problem:
+    """A fixed witness at the edge of the cosine range: tokens (1, 0) and (-1, 0), cosines exactly +-1, so each
+    row's two weights differ by exactly e^(2s) and only the float64 rounding of the check separates a correct
+    implementation from one whose weights are off (drawn tokens reach this edge only with d = 1)."""
+    return build(n_q=2, n_k=2, d=2, d_v=2).derive(
+        "x = np.array([[[[1.0, 0.0], [-1.0, 0.0]]]]); p = p.replace(q=x, k=x, v=x)")
+
+
 @checks("unit-dot-product-is-cosine")
 @given(data=st.data())
 def test_unit_tokens_are_scored_by_cosine(variant, data):
@@ -205,6 +213,7 @@ def test_unit_tokens_are_scored_by_cosine(variant, data):
                                      score_styles=("normal", "spiky")), label="problem")
     trial = Trial(variant, problem)
     expect_cosine_weights(trial, observe_weights(trial, self_attention(problem, unit=True)))
+    expect_cosine_weights(trial, observe_weights(trial, opposite_unit_tokens()))
 
 
 def expect_symmetric_scores(trial: Trial, observed: ObservedWeights) -> None:

@@ -106,6 +106,14 @@ def far_from_zero(n: int = 3) -> Problem:
         "p = p.replace(q=30 * np.ones_like(p.q), k=30 * np.ones_like(p.k))")
 
 
+def queries_far_apart() -> Problem:
+    """A fixed witness for the normalising axis: two identical keys and two opposite queries. Each row's
+    scores are equal (spread 0: both weights 1/2), while each key's scores over the queries span
+    2 * 30^2 / sqrt(2) ~ 1273, so a softmax over queries instead of keys underflows one weight to 0."""
+    return build(n_q=2, n_k=2, d=2, d_v=2).derive(
+        "p = p.replace(q=np.array([[[[30.0, 0.0], [-30.0, 0.0]]]]), k=np.array([[[[30.0, 0.0], [30.0, 0.0]]]]))")
+
+
 @checks("complete-graph-positive-weights")
 @given(data=st.data())
 def test_every_key_gets_positive_weight(variant, data):
@@ -119,6 +127,7 @@ def test_every_key_gets_positive_weight(variant, data):
         problem = problem.scale_queries(limit / (2 * spread))
     _expect_every_key_weighted(trial, problem)
     _expect_every_key_weighted(trial, far_from_zero())
+    _expect_every_key_weighted(trial, queries_far_apart())
 
 
 @checks("score-large-when-query-seeks-key")

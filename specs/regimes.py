@@ -56,7 +56,9 @@ def regime(name: str, **recipe) -> Regime:
 
 # Sequence lengths one past a power of two: the last tile of every power-of-two block size holds one row.
 SEQUENCE_LENGTHS = tuple(regime(f"n={n}", n_q=n, n_k=n, d=64, d_v=64, seed=n) for n in (257, 513, 1025, 2049))
+# one query (decoding, where kernels take their own path); the short one runs in every main job, not only with long
 DECODE = (
+    regime("decode 1x257", n_q=1, n_k=257, d=64, d_v=64, seed=257),
     regime("decode 1x4097", n_q=1, n_k=4097, d=128, d_v=128, seed=4097),
     regime("prefill 300x1100", n_q=300, n_k=1100, d=64, d_v=64, seed=1100),
 )
