@@ -12,6 +12,7 @@ problems() composes shapes() (under ShapeRules), styles(), scales() and masks();
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -201,6 +202,7 @@ def masks() -> st.SearchStrategy[dict[str, str | float]]:
     return st.builds(dict, mask_layout=st.sampled_from(MASK_LAYOUTS), mask_density=st.sampled_from(MASK_DENSITIES))
 
 
+@functools.cache  # one strategy object per set of arguments: Hypothesis caches what it computes about it
 def problems(
     *,
     caps: Capabilities | None = None,
