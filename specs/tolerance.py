@@ -385,8 +385,7 @@ def metamorphic_allowance(first: Allowance, second: Allowance, own_first: Allowa
     implementation whose output is not attention (another claim's failure) for the
     rounding of that output.
     """
-    return Allowance(first.bound + second.bound + own_first.bound + own_second.bound,
-                     f"({first.rule}) + ({second.rule}) + ({own_first.rule}) + ({own_second.rule})")
+    return difference_allowance(first + own_first, second + own_second)
 
 
 def difference_allowance(first: Allowance, second: Allowance) -> Allowance:
