@@ -51,3 +51,17 @@ class Launch:
             if not isinstance(arg, (np.ndarray, np.generic)):
                 raise TypeError(f"{self.entry}: argument {i} is a {type(arg).__name__}; pass NumPy arrays for "
                                 "pointers and NumPy scalars (np.int32, np.float32) for values")
+
+
+def execute(kernel: KernelSource, launch: Launch, executor: str) -> tuple[np.ndarray | np.generic, ...]:
+    """Run `launch` of `kernel` on `executor` ("cupy": the CUDA device; "cpu": impls/cuda/cpu); every argument
+    after the launch, arrays copied back."""
+    if executor == "cupy":
+        from impls.cuda.on_device import run_on_device
+
+        return run_on_device(kernel, launch)
+    if executor == "cpu":
+        from impls.cuda.on_cpu import run_on_cpu
+
+        return run_on_cpu(kernel, launch)
+    raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")

@@ -1,0 +1,54 @@
+"""Each CUDA kernel as two records of CONTRACT 1: `cuda-NAME` runs through CuPy on a CUDA device and
+`cuda-NAME-on-cpu` runs the same .cu file on this CPU (impls/cuda/cpu). One function serves both; where an
+executor cannot run, the record says why (no CUDA device, no C++ compiler) instead of failing."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from impls.registry import attention_impl
+
+
+def device_unavailable() -> str | None:
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"cupy is not installed ({exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cudaErrorInsufficientDriver, cudaErrorNoDevice: no usable GPU here
+        return f"no CUDA device: {str(exc).splitlines()[0]}"
+    return None if count else "no CUDA device: cupy sees 0 devices"
+
+
+def cpu_unavailable() -> str | None:
+    from impls.cuda.cpu_build import compiler_unavailable
+
+    return compiler_unavailable()
+
+
+def cuda_records(name: str, run: Callable, **capabilities) -> tuple[Callable, Callable]:
+    """The device record and the CPU record of one kernel. `run(q, k, v, ..., executor=...)` is the
+    protocol function with the executor as an extra keyword; both records declare native code (calls run
+    in a worker process, so a crash is a verdict)."""
+
+    def record(executor: str, record_name: str, probe: Callable[[], str | None]) -> Callable:
+        @functools.wraps(run)
+        def on_executor(*args, **kwargs):
+            return run(*args, **kwargs, executor=executor)
+
+        del on_executor.__wrapped__  # the protocol reads this signature: without the executor keyword
+        on_executor.__signature__ = _without_executor(run)
+        on_executor.__name__ = on_executor.__qualname__ = f"{run.__name__}_on_{executor}"
+        return attention_impl(name=record_name, backend="cupy", probe=probe, native=True,
+                              **capabilities)(on_executor)
+
+    return record("cupy", f"cuda-{name}", device_unavailable), record("cpu", f"cuda-{name}-on-cpu", cpu_unavailable)
+
+
+def _without_executor(run: Callable):
+    import inspect
+
+    signature = inspect.signature(run)
+    return signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "executor"])
