@@ -11,6 +11,7 @@ from pathlib import Path
 
 import impls.seed_code
 from impls.cuda.launch import KERNEL_DIR, KernelSource
+from impls.cuda_seed002_kernels import NAIVE, SHARED_MEMORY
 
 SEED_DIR = Path(impls.seed_code.__file__).parent / "cuda"
 
@@ -21,7 +22,7 @@ SEED_DIR = Path(impls.seed_code.__file__).parent / "cuda"
 PROJECT: tuple[KernelSource, ...] = ()
 
 # The seed 002 kernels repaired so that they compile and run (their records launch these).
-SEED_REPAIRED: tuple[KernelSource, ...] = ()
+SEED_REPAIRED: tuple[KernelSource, ...] = (NAIVE, SHARED_MEMORY)
 
 # The seed 002 kernels verbatim (§ 3.2.2, § 3.2.4): compiled as written, so their compile errors are reported.
 SEED_AS_WRITTEN: tuple[KernelSource, ...] = (
