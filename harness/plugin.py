@@ -45,6 +45,7 @@ from impls.registry import (
     variants,
 )
 from specs.catalogue import load_claims
+from specs.dtypes import missing as dtype_missing
 
 STATE = pytest.StashKey[RunState]()
 RUNNING_CHECK = pytest.StashKey[RunningCheck | None]()
@@ -174,8 +175,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("requires")
     found = _claims_and_subject(item)
-    if marker and found and isinstance(found[1], Variant):
-        reason = found[1].capabilities.lacking(*marker.args)
+    if found and isinstance(found[1], Variant):
+        reason = dtype_missing(found[1].dtype) or (marker and found[1].capabilities.lacking(*marker.args))
         if reason:
             pytest.skip(reason)
 
