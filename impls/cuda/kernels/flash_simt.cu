@@ -8,7 +8,8 @@
 // in tiles of BLOCK_COLS = 32, staged in shared memory as float (K padded to d + 1 columns, so lane j reading
 // key j's column c is free of bank conflicts). For S = Q K^T lane j computes the score of key j for each of
 // the warp's rows (the q rows are broadcast reads from shared); the row's max and sum are warp shuffles; for
-// P V lane j owns output columns j, j + 32, ... (up to 256), each key's weight broadcast by __shfl_sync.
+// P V lane j owns output columns j, j + 32, ... (up to 256), the weights read from shared memory (a static
+// [BLOCK_ROWS][BLOCK_COLS] array, each warp its own rows, ordered by __syncwarp).
 // Online softmax per row (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)), all
 // arithmetic in float32 whatever the storage type. A hidden key (causal future, mask, past n_k) has its score
 // replaced by -inf and its value never multiplied (a per-row ballot of visible keys), so NaN or Inf held by
@@ -16,7 +17,8 @@
 // the block are skipped. A row with no visible key writes 0 and lse -inf.
 //
 // Dynamic shared memory: 4 * (BLOCK_ROWS * d + BLOCK_COLS * (d + 1) + BLOCK_COLS * d_v) bytes
-// (82,048 bytes at d = d_v = 256).
+// (82,048 bytes at d = d_v = 256), plus 2 KB static. __launch_bounds__(128, 2): two blocks per SM fit the
+// shared memory at d = 256 on sm_80, and ptxas then keeps the accumulators in registers without spilling.
 #include <cuda_fp16.h>
 
 constexpr int WARPS = 4;
@@ -56,6 +58,7 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
     float* qs = reinterpret_cast<float*>(smem);  // [BLOCK_ROWS][d]
     float* ks = qs + BLOCK_ROWS * d;              // [BLOCK_COLS][d + 1]
     float* vs = ks + BLOCK_COLS * (d + 1);        // [BLOCK_COLS][d_v]
+    __shared__ float ps[BLOCK_ROWS * BLOCK_COLS];  // the weights of the tile, row by row
 
     const float neg_inf = __int_as_float(0xff800000);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -72,6 +75,7 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
 
     const int warp_row0 = row0 + warp * ROWS_PER_WARP;
     const float* q_warp = qs + warp * ROWS_PER_WARP * d;
+    float* p_warp = ps + warp * ROWS_PER_WARP * BLOCK_COLS;
     float m[ROWS_PER_WARP], l[ROWS_PER_WARP], acc[ROWS_PER_WARP][COL_CHUNKS];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_WARP; ++r) {
@@ -129,11 +133,14 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
             for (int c = 0; c < COL_CHUNKS; ++c) acc[r][c] *= alpha;
         }
 
-        // O += P V: lane j accumulates columns j, j + 32, ...
+        // O += P V: lane j accumulates columns j, j + 32, ...; the weights go through shared memory.
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_WARP; ++r) p_warp[r * BLOCK_COLS + lane] = p[r];
+        __syncwarp();
         for (int j = 0; j < BLOCK_COLS; ++j) {
             float pj[ROWS_PER_WARP];
 #pragma unroll
-            for (int r = 0; r < ROWS_PER_WARP; ++r) pj[r] = __shfl_sync(FULL_MASK, p[r], j);
+            for (int r = 0; r < ROWS_PER_WARP; ++r) pj[r] = p_warp[r * BLOCK_COLS + j];
 #pragma unroll
             for (int c = 0; c < COL_CHUNKS; ++c) {
                 const int col = c * 32 + lane;

@@ -9,14 +9,15 @@
 //
 // Work division: one block of WARPS warps per (query i, head, batch) = (blockIdx.x, blockIdx.y, blockIdx.z).
 // Warp w takes the chunks of 32 logical keys w, w + WARPS, ...; within a chunk the warp walks the keys one by
-// one, the lanes splitting d (lane c holds q columns c, c + 32, ... in registers, K reads coalesced) and a
-// shuffle reduction giving the score, which lane j keeps for key j. Each warp runs its own online softmax
-// (running max, sum, and output columns lane, lane + 32, ... in registers; V reads coalesced); at the end the
-// warps' partial results merge through shared memory, rescaled by exp(m_w - m). Float32 arithmetic for any
-// storage type. A hidden key (past seq_lens[b], causal future, mask) has score -inf and its value is never
-// read, so padding slots of the last page may hold anything. A row with no visible key writes 0 and lse -inf.
+// one, the lanes splitting d (lane c holds q columns c, c + 32, ... in registers, K reads coalesced); the
+// partial dot products go through shared memory ([key][lane], padded) and lane j totals key j's. Each warp
+// runs its own online softmax (running max and sum by shuffles, weights broadcast through shared memory,
+// output columns lane, lane + 32, ... in registers, V reads coalesced); at the end the warps' partial results
+// merge through shared memory, rescaled by exp(m_w - m). Float32 arithmetic for any storage type. A hidden key
+// (past seq_lens[b], causal future, mask) has score -inf and its value is never read, so the padding slots of
+// the last page may hold anything. A row with no visible key writes 0 and lse -inf.
 //
-// Static shared memory: 4 * (WARPS * (MAX_DIM + 2)) bytes; no dynamic shared memory.
+// Static shared memory: 4 * WARPS * (MAX_DIM + 2 + CHUNK * (CHUNK + 1) + CHUNK) bytes (21,536); no dynamic.
 #include <cuda_fp16.h>
 
 constexpr int WARPS = 4;
@@ -53,6 +54,8 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
              int mask_sh, int mask_sq, int mask_sk) {
     __shared__ float part_m[WARPS], part_l[WARPS];
     __shared__ float part_acc[WARPS][MAX_DIM];
+    __shared__ float partials[WARPS][CHUNK * (CHUNK + 1)];  // per warp: [key][lane] partial dot products
+    __shared__ float weights[WARPS][CHUNK];
 
     const float neg_inf = __int_as_float(0xff800000);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -73,8 +76,10 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
     }
     float m = neg_inf, l = 0.0f;
 
+    float* partial = partials[warp];
+    float* p_warp = weights[warp];
     for (int k0 = warp * CHUNK; k0 < key_end; k0 += WARPS * CHUNK) {
-        float score = neg_inf;
+        // Lane c adds up q.k over columns c, c + 32, ... for each key of the chunk, then lane j totals key j.
         for (int j = 0; j < CHUNK; ++j) {
             const int key = k0 + j;
             float dot = 0.0f;
@@ -88,9 +93,11 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
                     if (col < d) dot += qr[c] * to_float(k_cache[slot * d + col]);
                 }
             }
-            dot = warp_sum(dot);
-            if (lane == j) score = dot;
+            partial[j * (CHUNK + 1) + lane] = dot;
         }
+        __syncwarp();
+        float score = 0.0f;
+        for (int c = 0; c < 32; ++c) score += partial[lane * (CHUNK + 1) + c];
 
         const int key = k0 + lane;
         bool visible = key < key_end;
@@ -106,9 +113,11 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
 #pragma unroll
         for (int c = 0; c < COL_CHUNKS; ++c) acc[c] *= alpha;
 
+        p_warp[lane] = p;
+        __syncwarp();  // also orders this chunk's reads of `partial` before the next chunk's writes
         for (int j = 0; j < CHUNK; ++j) {
-            const float pj = __shfl_sync(FULL_MASK, p, j);
             if ((seen >> j) & 1u) {
+                const float pj = p_warp[j];
                 const int kj = k0 + j, page = kj / page_size;
                 const long long slot =
                     ((long long)pages[page] * heads_kv + hk) * page_size + (kj - page * page_size);
@@ -119,6 +128,7 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
                 }
             }
         }
+        __syncwarp();  // the reads of p_warp before the next chunk's writes
     }
 
     if (lane == 0) {
