@@ -115,6 +115,8 @@ class ShapeRules:
     same_lengths: bool = False  # n_q == n_k required
     weights_visible: bool = False  # d >= n_k where d_v must equal d (past max_d if need be): one-hot values fit
     keys_cover_queries: bool = False  # n_q <= n_k: bottom-right causal alignment hides no query row entirely
+    max_batch: int = 2
+    max_heads_kv: int = 3
     fixed: bool = False  # drawn from FIXED_SHAPES where any is admitted (compiles_per_shape)
 
     @classmethod
@@ -136,9 +138,10 @@ class ShapeRules:
 
     def admit(self, shape: Shape) -> bool:
         """Whether a shape obeys the rules."""
-        _, _, group, n_q, n_k, d, d_v = shape
+        batch, heads_kv, group, n_q, n_k, d, d_v = shape
         widened = self.weights_visible and not self.value_dim and d == n_k  # one-hot values fit past max_d
         return (self.min_n <= min(n_q, n_k) and max(n_q, n_k) <= self.max_n and (max(d, d_v) <= self.max_d or widened)
+                and batch <= self.max_batch and heads_kv <= self.max_heads_kv
                 and (self.gqa or group == 1) and (self.cross or n_q == n_k) and (self.value_dim or d == d_v)
                 and (not self.different_lengths or n_q != n_k) and (not self.same_lengths or n_q == n_k)
                 and (not self.weights_visible or self.value_dim or d >= n_k)
@@ -168,9 +171,9 @@ def _free_shapes(draw, rules: ShapeRules) -> Shape:
     if rules.weights_visible and not rules.value_dim:
         d = max(d, n_k)
     d_v = draw(head_dims(rules.max_d)) if rules.value_dim and draw(st.booleans()) else d
-    heads_kv = draw(st.integers(1, 3))
+    heads_kv = draw(st.integers(1, rules.max_heads_kv))
     group = draw(st.sampled_from([1, 2, 3])) if rules.gqa else 1
-    batch = draw(st.integers(1, 2))
+    batch = draw(st.integers(1, rules.max_batch))
     return Shape(batch, heads_kv, group, n_q, n_k, d, d_v)
 
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -45,6 +46,7 @@ struct Barrier {
 
 struct Warp {
     Barrier barrier;
+    std::condition_variable changed;  // OS threads: only the warp's lanes wake for its barriers
     unsigned live = 0;
     unsigned live_mask = 0;  // lanes that have not returned
     unsigned arrived_mask = 0;
@@ -58,7 +60,7 @@ struct Block {
     unsigned threads = 0;
     unsigned live = 0;
     Barrier barrier;
-    std::vector<Warp> warps;
+    std::deque<Warp> warps;  // not a vector: a condition variable does not move
     std::vector<ThreadState> states;
     bool aborted = false;
     unsigned long events = 0;  // barrier releases and exits: progress, for deadlock detection
@@ -114,7 +116,7 @@ struct Block {
     }
 
     template <typename Done>
-    void wait_until(std::unique_lock<std::mutex>& lock, Done done) {
+    void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& wake, Done done) {
         if (fibers) {
             while (!done()) {
                 if (aborted) throw Abort{};
@@ -126,14 +128,14 @@ struct Block {
             auto since = std::chrono::steady_clock::now();
             while (!done()) {
                 if (aborted) { --waiting; throw Abort{}; }
-                changed.wait_for(lock, std::chrono::milliseconds(20));
+                wake.wait_for(lock, std::chrono::milliseconds(20));
                 if (events != last_events) {
                     last_events = events;
                     since = std::chrono::steady_clock::now();
                 } else if (waiting == live && std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
                     note(deadlock());
                     aborted = true;
-                    changed.notify_all();
+                    notify_everyone();
                 }
             }
             --waiting;
@@ -155,7 +157,7 @@ struct Block {
             changed.notify_all();
             return;
         }
-        wait_until(held, [&] { return barrier.generation != generation; });
+        wait_until(held, changed, [&] { return barrier.generation != generation; });
     }
 
     void sync_warp(unsigned mask, Site site) {
@@ -174,10 +176,10 @@ struct Block {
                      " returned before a warp-synchronous call that names them (" + where(site) + ")");
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
-            changed.notify_all();
+            w.changed.notify_all();
             return;
         }
-        wait_until(held, [&] { return w.barrier.generation != generation; });
+        wait_until(held, w.changed, [&] { return w.barrier.generation != generation; });
     }
 
     void exit_thread() {
@@ -199,7 +201,13 @@ struct Block {
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
         }
+        notify_everyone();
+    }
+
+    void notify_everyone() {
+        if (fibers) return;
         changed.notify_all();
+        for (auto& w : warps) w.changed.notify_all();
     }
 };
 
@@ -358,7 +366,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
         b.threads = b.live = unsigned(threads);
         b.fibers = fibers;
         b.diagnostics = &notes;
-        b.warps.resize((threads + 31) / 32);
+        for (std::uint64_t w = 0; w < (threads + 31) / 32; ++w) b.warps.emplace_back();
         b.states.resize(threads);
         for (unsigned t = 0; t < threads; ++t) {
             b.states[t].linear = t;
