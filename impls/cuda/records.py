@@ -28,6 +28,14 @@ def cpu_unavailable() -> str | None:
     return compiler_unavailable()
 
 
+# On the CPU a kernel's threads take turns at every barrier and warp shuffle (about 10^7 thread-barriers a
+# second): a 64-token problem costs a SIMT flash kernel tens of milliseconds, a 1025-token one seconds, and the
+# properties make hundreds of calls. The CPU records take sequences up to CPU_MAX_SEQ (past every tile edge of
+# our kernels: 16-row query tiles, 32-key tiles); longer regimes are skipped with that reason and run on the
+# device records.
+CPU_MAX_SEQ = 48
+
+
 def cuda_records(name: str, run: Callable, *, known_defects: Mapping[str, object] | None = None,
                  checked_defects: Mapping[str, object] | None = None, **capabilities) -> tuple[Callable, Callable]:
     """The device record and the CPU record of one kernel. `run(q, k, v, ..., executor=...)` is the
@@ -48,8 +56,9 @@ def cuda_records(name: str, run: Callable, *, known_defects: Mapping[str, object
         if executor == "cpu":
             on_executor.cuda_run = run
         defects = {**(known_defects or {}), **((checked_defects or {}) if executor == "cpu" else {})}
+        bounds = {"max_seq": min(capabilities.get("max_seq") or CPU_MAX_SEQ, CPU_MAX_SEQ)} if executor == "cpu" else {}
         return attention_impl(name=record_name, backend="cupy", probe=probe, native=True, known_defects=defects,
-                              cuda_checkers=executor == "cpu", **capabilities)(on_executor)
+                              cuda_checkers=executor == "cpu", **{**capabilities, **bounds})(on_executor)
 
     return record("cupy", f"cuda-{name}", device_unavailable), record("cpu", f"cuda-{name}-on-cpu", cpu_unavailable)
 
