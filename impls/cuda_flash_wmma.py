@@ -40,10 +40,11 @@ def key_tile(d_max: int) -> int:
 
 
 def shared_bytes(d: int, d_v: int, d_max: int) -> int:
-    """Dynamic shared memory of one block, region by region as the kernel carves it (each 128-aligned)."""
+    """Dynamic shared memory of one block, region by region as the kernel carves it (each 128-aligned):
+    Q, K, V (rows padded by 8 elements), S (rows padded by 4 floats; P lives in it), per-row floats, 4 flags."""
     keys = key_tile(d_max)
     regions = (ROWS_PER_BLOCK * (d + 8) * 2, keys * (d + 8) * 2, keys * (d_v + 8) * 2,
-               ROWS_PER_BLOCK * (keys + 4) * 4, ROWS_PER_BLOCK * (keys + 8) * 2, ROWS_PER_BLOCK * 4, 4 * 4)
+               ROWS_PER_BLOCK * (keys + 4) * 4, ROWS_PER_BLOCK * 4, 4 * 4)
     return sum(-(-size // 128) * 128 for size in regions)
 
 

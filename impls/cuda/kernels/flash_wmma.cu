@@ -5,7 +5,8 @@
 // kv head blockIdx.y, packed head-major, so a decode step of GQA/MQA reads each K/V tile once for the whole
 // group. Warp w owns rows 16w..16w+15: it computes their scores S = Q K^T (WMMA, Q and the K tile from
 // shared), runs the online softmax on them in fp32 (SIMT, two lanes per row, on S stored to shared), writes
-// the weights P rounded to T to shared and accumulates O += P V (WMMA, O in accumulator fragments). After its
+// the weights P rounded to T over the upper half of its S rows and accumulates O += P V (WMMA, O in
+// accumulator fragments). After its
 // first tile a row's running maximum is only raised when a score exceeds it by more than 2^8 (FA4's lazy
 // rescaling), so O is rescaled (through shared: fragment layouts are opaque) rarely, and a warp-uniform vote
 // skips it when no row of the warp needs it. Causal blocks stop at their last visible key tile and run
@@ -14,8 +15,9 @@
 // Template: T in {__half, __nv_bfloat16}; D_MAX in {64, 128, 256} bounds d and d_v (multiples of 16, the
 // launcher's rule) and sets the key tile: 64 keys up to D_MAX 128, 32 at 256. Dynamic shared memory, from
 // the runtime d and d_v (rows padded by 8 halves / 4 floats against bank conflicts, regions 128-aligned):
-//   Q [64][d+8] T | K [BC][d+8] T | V [BC][d_v+8] T | S [64][BC+4] f32 | P [64][BC+8] T | 1/l, alpha [64] f32
-//   | flags [4] int: 54 KB at d = d_v = 64, 78 KB at 128, 82 KB at 256 (the launcher computes the same sum).
+//   Q [64][d+8] T | K [BC][d+8] T | V [BC][d_v+8] T | S [64][BC+4] f32 (P overwrites the upper half of each
+//   row) | alpha, then 1/l [64] f32 | flags [4] int: 44 KB at d = d_v = 64, 68 KB at 128, 75 KB at 256 (the
+//   launcher computes the same sum); with the registers of __launch_bounds__, an H100 SM holds 4, 3, 2 blocks.
 //
 // Semantics: scores scale * q.k in fp32 (exp2 with scale * log2 e folded in); causal: key j visible to query i
 // when j <= i + causal_offset (0: top-left); mask: uint8 (non-zero = visible) read as
@@ -52,6 +54,7 @@ template <int D_MAX>
 struct Tile {
     static_assert(D_MAX == 64 || D_MAX == 128 || D_MAX == 256, "D_MAX is 64, 128 or 256");
     static constexpr int BC = D_MAX <= 128 ? 64 : 32;  // keys per tile
+    static constexpr int MIN_BLOCKS = D_MAX == 64 ? 4 : D_MAX == 128 ? 3 : 2;  // per SM: registers <= 128, 168, 255
 };
 
 template <typename T>
@@ -119,7 +122,7 @@ __device__ __forceinline__ bool load_tile(T* dst, int dst_stride, const T* __res
 }  // namespace flash_wmma_detail
 
 template <typename T, int D_MAX = 256>
-__global__ void __launch_bounds__(flash_wmma_detail::THREADS)
+__global__ void __launch_bounds__(flash_wmma_detail::THREADS, flash_wmma_detail::Tile<D_MAX>::MIN_BLOCKS)
 flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
            const unsigned char* __restrict__ mask, T* __restrict__ out, float* __restrict__ lse,
            int heads, int heads_kv, int n_q, int n_k, int d, int d_v, float scale_log2, int causal,
@@ -131,7 +134,7 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
     const float NEG_INF = -__int_as_float(0x7f800000);
 
     extern __shared__ __align__(16) unsigned char smem[];
-    const int qs = d + PAD_T, ks = d + PAD_T, vs = d_v + PAD_T, ss = BC + PAD_F, ps = BC + PAD_T;
+    const int qs = d + PAD_T, ks = d + PAD_T, vs = d_v + PAD_T, ss = BC + PAD_F, ps = 2 * ss;
     int offset = 0;
     T* sQ = reinterpret_cast<T*>(smem);
     offset += round_up(BR * qs * static_cast<int>(sizeof(T)));
@@ -141,8 +144,6 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
     offset += round_up(BC * vs * static_cast<int>(sizeof(T)));
     float* sS = reinterpret_cast<float*>(smem + offset);
     offset += round_up(BR * ss * static_cast<int>(sizeof(float)));
-    T* sP = reinterpret_cast<T*>(smem + offset);
-    offset += round_up(BR * ps * static_cast<int>(sizeof(T)));
     float* sRow = reinterpret_cast<float*>(smem + offset);  // alpha per row, then 1/l
     offset += round_up(BR * static_cast<int>(sizeof(float)));
     int* sFlag = reinterpret_cast<int*>(smem + offset);  // per warp: its part of the V tile is non-finite
@@ -197,8 +198,10 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
 #pragma unroll
     for (int n = 0; n < O_TILES; ++n) wmma::fill_fragment(o[n], 0.0f);
     const int o_tiles = d_v / 16;
-    float* sW = sS + warp * 16 * ss;  // this warp's rows of S: scores, then scratch for O fragments
-    T* pW = sP + warp * 16 * ps;
+    // This warp's 16 rows of S, each 4 BC + 16 bytes: the scores; then P (T) in bytes [2 BC, 4 BC) of the row
+    // and, in bytes [0, 64), scratch for an O fragment (rescaling, the SIMT product, the output).
+    float* sW = sS + warp * 16 * ss;
+    T* pW = reinterpret_cast<T*>(sW) + BC;
     const long long kv_base = (static_cast<long long>(b) * heads_kv + g) * n_k;
 
     for (int kb = 0; kb < key_end; kb += BC) {
@@ -245,6 +248,7 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
             tile_max = fmaxf(tile_max, x[t]);
         }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(FULL, tile_max, 1));
+        __syncwarp();  // both lanes of a row have read its scores: P may overwrite their upper half
         const float m_new = tile_max > m_run + LAZY_LOG2 ? tile_max : m_run;
         const float alpha = m_new == m_run ? 1.0f : exp2f(m_run - m_new);
         const bool must_rescale = m_new != m_run && m_run != NEG_INF;  // O is 0 (or NaN) until a finite max
