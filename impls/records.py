@@ -18,6 +18,10 @@ BUILTIN_TARGETS = (
     "impls.torch_sdpa:sdpa_math",
     "impls.torch_sdpa:sdpa_flash_cpu",
     "impls.torch_mha:multihead_attention_module",
+    "impls.cuda_seed002_kernels:naive_kernel_on_device",
+    "impls.cuda_seed002_kernels:naive_kernel_on_cpu",
+    "impls.cuda_seed002_kernels:shared_memory_kernel_on_device",
+    "impls.cuda_seed002_kernels:shared_memory_kernel_on_cpu",
 )
 
 

@@ -54,6 +54,7 @@ class Capabilities:
     fused: bool = False  # one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul
     compiles_per_shape: bool = False  # every new shape compiles (jax.jit, torch.compile): draw from FIXED_SHAPES
     native: bool = False  # compiled code that may crash its process: calls run isolated (harness.isolation)
+    cuda_checkers: bool = False  # a CUDA kernel run on the CPU: fn.cuda_run(..., executor=CHECKER) (impls.cuda)
 
     @property
     def paged(self) -> bool:
@@ -79,6 +80,7 @@ _FEATURE_NOTES = {
     "lse": "declared lse=False",
     "fused": "not declared fused=True",
     "paged": "no page_size keyword",
+    "cuda_checkers": "not a CUDA kernel executed on the CPU (no fn.cuda_run for the memory, race and barrier checkers)",
 }
 FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
 _DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout"}

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
-EXECUTORS = ("cupy", "cpu")
+EXECUTORS = ("cupy", "cpu", "synccheck", "memcheck", "racecheck")  # the last three: impls/cuda/on_cpu.py
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,9 @@ class Launch:
 
 
 def execute(kernel: KernelSource, launch: Launch, executor: str) -> tuple[np.ndarray | np.generic, ...]:
-    """Run `launch` of `kernel` on `executor` ("cupy": the CUDA device; "cpu": impls/cuda/cpu); every argument
-    after the launch, arrays copied back."""
+    """Run `launch` of `kernel` on `executor` ("cupy": the CUDA device; "cpu": impls/cuda/cpu in this process;
+    a checker: the CPU build in a driver process that raises KernelDefect with what the checker reports);
+    every argument after the launch, arrays copied back."""
     if executor == "cupy":
         from impls.cuda.on_device import run_on_device
 
@@ -64,4 +65,8 @@ def execute(kernel: KernelSource, launch: Launch, executor: str) -> tuple[np.nda
         from impls.cuda.on_cpu import run_on_cpu
 
         return run_on_cpu(kernel, launch)
+    if executor in EXECUTORS:
+        from impls.cuda.on_cpu import run_checked
+
+        return run_checked(kernel, launch, executor)
     raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")

@@ -31,7 +31,9 @@ def cpu_unavailable() -> str | None:
 def cuda_records(name: str, run: Callable, **capabilities) -> tuple[Callable, Callable]:
     """The device record and the CPU record of one kernel. `run(q, k, v, ..., executor=...)` is the
     protocol function with the executor as an extra keyword; both records declare native code (calls run
-    in a worker process, so a crash is a verdict)."""
+    in a worker process, so a crash is a verdict). The CPU record declares `cuda_checkers` and carries `run`
+    as `fn.cuda_run`, through which the kernel-memory-safe, kernel-race-free and kernel-barrier-uniform
+    properties run the same call under impls/cuda/on_cpu.py's checkers."""
 
     def record(executor: str, record_name: str, probe: Callable[[], str | None]) -> Callable:
         @functools.wraps(run)
@@ -41,8 +43,10 @@ def cuda_records(name: str, run: Callable, **capabilities) -> tuple[Callable, Ca
         del on_executor.__wrapped__  # the protocol reads this signature: without the executor keyword
         on_executor.__signature__ = _without_executor(run)
         on_executor.__name__ = on_executor.__qualname__ = f"{run.__name__}_on_{executor}"
+        if executor == "cpu":
+            on_executor.cuda_run = run
         return attention_impl(name=record_name, backend="cupy", probe=probe, native=True,
-                              **capabilities)(on_executor)
+                              cuda_checkers=executor == "cpu", **capabilities)(on_executor)
 
     return record("cupy", f"cuda-{name}", device_unavailable), record("cpu", f"cuda-{name}-on-cpu", cpu_unavailable)
 

@@ -1,0 +1,62 @@
+"""Every CUDA kernel executed on the CPU under the checkers of impls/cuda/on_cpu.py, on the problems the
+properties draw (small: each call is a build-cached driver process running the block's threads as OS threads):
+AddressSanitizer for out-of-bounds global and shared accesses, ThreadSanitizer for races between the threads
+of a block, and the emulator's barrier accounting for divergence (a thread that returned, or threads at
+different __syncthreads(), while others wait). The same checks on a GPU are compute-sanitizer's memcheck,
+racecheck and synccheck (tools/gpu-check)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.markers import checks
+from harness.trial import Trial, problems_for
+from impls.cuda.on_cpu import KernelDefect
+from impls.registry import Variant
+
+MAX_N = 40  # racecheck runs one OS thread per CUDA thread under TSan: small problems keep a call near a second
+CHECKED_EXAMPLES = 8  # each example is a process; shrinking a found defect adds more
+
+
+def check_kernel(variant: Variant, data: st.DataObject, checker: str) -> None:
+    """Draw a small problem (and block sizes where the kernel takes them) and run the kernel under `checker`."""
+    caps = variant.capabilities
+    blocks = {keyword: data.draw(st.integers(1, 70), label=keyword) for keyword in caps.tile_keywords}
+    causal = caps.causal and data.draw(st.booleans(), label="causal")
+    masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
+    problem = data.draw(problems_for(variant, causal=causal, masked=masked, max_n=MAX_N, max_d=32), label="problem")
+    trial = Trial(variant, problem)
+    extra = ", ".join(f"{key}={value!r}" for key, value in blocks.items())
+    script = (f"fn.cuda_run(q, k, v, **p.kwargs(), {extra + ', ' if extra else ''}executor={checker!r})"
+              "  # raises KernelDefect with the checker's report")
+    try:
+        variant.impl.fn.cuda_run(*trial.inputs(), **problem.kwargs(), **blocks, executor=checker)
+    except KernelDefect as defect:
+        trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}): "
+                   f"{defect.report.splitlines()[0]}", details=(defect.report,), script=script)
+
+
+@checks("kernel-memory-safe")
+@pytest.mark.requires("cuda_checkers")
+@settings(max_examples=CHECKED_EXAMPLES)
+@given(data=st.data())
+def test_kernel_accesses_stay_in_bounds(variant, data):
+    check_kernel(variant, data, "memcheck")
+
+
+@checks("kernel-race-free")
+@pytest.mark.requires("cuda_checkers")
+@settings(max_examples=CHECKED_EXAMPLES)
+@given(data=st.data())
+def test_kernel_threads_do_not_race(variant, data):
+    check_kernel(variant, data, "racecheck")
+
+
+@checks("kernel-barrier-uniform")
+@pytest.mark.requires("cuda_checkers")
+@settings(max_examples=CHECKED_EXAMPLES)
+@given(data=st.data())
+def test_every_thread_reaches_every_barrier(variant, data):
+    check_kernel(variant, data, "synccheck")
