@@ -10,7 +10,8 @@
 // first tile a row's running maximum is only raised when a score exceeds it by more than 2^8 (FA4's lazy
 // rescaling), so O is rescaled (through shared: fragment layouts are opaque) rarely, and a warp-uniform vote
 // skips it when no row of the warp needs it. Causal blocks stop at their last visible key tile and run
-// longest-first.
+// longest-first; within a tile a warp multiplies only the blocks of 16 keys that exist and that some row of
+// it may see (key tails, causal diagonals, warps without rows cost nothing on the tensor cores).
 //
 // Template: T in {__half, __nv_bfloat16}; D_MAX in {64, 128, 256} bounds d and d_v (multiples of 16, the
 // launcher's rule) and sets the key tile: 64 keys up to D_MAX 128, 32 at 256. Dynamic shared memory, from
@@ -192,6 +193,10 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
         key_end = min(n_k, max_i + causal_offset + 1);
     }
 
+    // The last query position among this warp's rows (-1: it has none), which bounds the key blocks it sees.
+    int warp_last = row_ok ? qi : -1;
+    for (int step = 16; step > 0; step /= 2) warp_last = max(warp_last, __shfl_xor_sync(FULL, warp_last, step));
+
     float m_run = NEG_INF;  // this row's running maximum of scale * log2(e) * score
     float l_run = 0.0f;     // sum of exp2(x - m_run) over the keys so far
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[O_TILES];
@@ -214,8 +219,14 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
         __syncthreads();
         const bool v_non_finite = (sFlag[0] | sFlag[1] | sFlag[2] | sFlag[3]) != 0;
 
+        // Blocks of 16 keys this warp multiplies: none past n_k or wholly in the causal future of its rows (a
+        // hidden score is never read; its weight is -0), so tails, causal diagonals and idle warps cost less.
+        int warp_keys = warp_last < 0 ? 0 : rows_valid;
+        if (causal) warp_keys = min(warp_keys, warp_last + causal_offset + 1 - kb);
+        const int blocks = max(0, (warp_keys + 15) / 16);
+
         // S = Q K^T for this warp's 16 rows.
-        {
+        if (blocks > 0) {
             wmma::fragment<wmma::accumulator, 16, 16, 16, float> s[BC / 16];
 #pragma unroll
             for (int j = 0; j < BC / 16; ++j) wmma::fill_fragment(s[j], 0.0f);
@@ -224,13 +235,17 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
                 wmma::load_matrix_sync(qa, sQ + warp * 16 * qs + kk, qs);
 #pragma unroll
                 for (int j = 0; j < BC / 16; ++j) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kt;
-                    wmma::load_matrix_sync(kt, sK + j * 16 * ks + kk, ks);
-                    wmma::mma_sync(s[j], qa, kt, s[j]);
+                    if (j < blocks) {
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kt;
+                        wmma::load_matrix_sync(kt, sK + j * 16 * ks + kk, ks);
+                        wmma::mma_sync(s[j], qa, kt, s[j]);
+                    }
                 }
             }
 #pragma unroll
-            for (int j = 0; j < BC / 16; ++j) wmma::store_matrix_sync(sW + j * 16, s[j], ss, wmma::mem_row_major);
+            for (int j = 0; j < BC / 16; ++j) {
+                if (j < blocks) wmma::store_matrix_sync(sW + j * 16, s[j], ss, wmma::mem_row_major);
+            }
         }
         __syncwarp();
 
@@ -286,15 +301,19 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
         if (!v_non_finite) {  // O += P V on tensor cores
             wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa[BC / 16];
 #pragma unroll
-            for (int c = 0; c < BC / 16; ++c) wmma::load_matrix_sync(pa[c], pW + c * 16, ps);
+            for (int c = 0; c < BC / 16; ++c) {
+                if (c < blocks) wmma::load_matrix_sync(pa[c], pW + c * 16, ps);
+            }
 #pragma unroll
             for (int n = 0; n < O_TILES; ++n) {
                 if (n < o_tiles) {
 #pragma unroll
                     for (int c = 0; c < BC / 16; ++c) {
-                        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
-                        wmma::load_matrix_sync(vb, sV + c * 16 * vs + n * 16, vs);
-                        wmma::mma_sync(o[n], pa[c], vb, o[n]);
+                        if (c < blocks) {
+                            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
+                            wmma::load_matrix_sync(vb, sV + c * 16 * vs + n * 16, vs);
+                            wmma::mma_sync(o[n], pa[c], vb, o[n]);
+                        }
                     }
                 }
             }
