@@ -134,7 +134,7 @@ flash_wmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict
     constexpr int O_TILES = D_MAX / 16;
     const float NEG_INF = -__int_as_float(0x7f800000);
 
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];  // regions 128-aligned from here (WMMA needs 32)
     const int qs = d + PAD_T, ks = d + PAD_T, vs = d_v + PAD_T, ss = BC + PAD_F, ps = 2 * ss;
     int offset = 0;
     T* sQ = reinterpret_cast<T*>(smem);
