@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from hypothesis import strategies as st
 
+from specs.dtypes import finfo
 from specs.problems import MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
 
 if TYPE_CHECKING:
@@ -30,8 +31,12 @@ MAX_TILES = 1024  # tile loops in Python stay fast enough for a property run
 TILE_BOUNDARIES = (16, 32, 64, 128)
 SCALES = (1.0, 0.5, 2.0, 0.125, 10.0, 1e-3)
 MASK_DENSITIES = (0.5, 0.1, 0.9)
-# float16 holds neither |v| ~ 1e6 nor products of entries ~1e3: keep its inputs representable.
-UNREPRESENTABLE = {"float16": {"score_style": ("huge",), "value_style": ("large",)}}
+# Typical magnitudes the styles put in a float computation (specs.problems): |v| for a value style, an unscaled
+# dot product q.k at head dim 64 (the entries' product times sqrt(64)) for a score style; the styles not listed
+# stay below 100. A dtype whose largest finite value (finfo) is below one cannot hold that style: float16
+# (65504) neither |v| ~ 1e6 nor q.k ~ 2.4e5; bfloat16 and float32 (3.4e38) hold every style. A draw that
+# still overflows is rejected where it is cast (harness.trial).
+STYLE_MAGNITUDES = {"score_style": {"large": 8e3, "huge": 2.4e5}, "value_style": {"large": 1e6, "offset": 1e3}}
 
 
 def lengths(max_n: int = MAX_N, *, min_n: int = 1, near: Iterable[int] = ()) -> st.SearchStrategy[int]:
@@ -110,6 +115,8 @@ class ShapeRules:
     same_lengths: bool = False  # n_q == n_k required
     weights_visible: bool = False  # d >= n_k where d_v must equal d (past max_d if need be): one-hot values fit
     keys_cover_queries: bool = False  # n_q <= n_k: bottom-right causal alignment hides no query row entirely
+    max_batch: int = 2
+    max_heads_kv: int = 3
     fixed: bool = False  # drawn from FIXED_SHAPES where any is admitted (compiles_per_shape)
 
     @classmethod
@@ -131,9 +138,10 @@ class ShapeRules:
 
     def admit(self, shape: Shape) -> bool:
         """Whether a shape obeys the rules."""
-        _, _, group, n_q, n_k, d, d_v = shape
+        batch, heads_kv, group, n_q, n_k, d, d_v = shape
         widened = self.weights_visible and not self.value_dim and d == n_k  # one-hot values fit past max_d
         return (self.min_n <= min(n_q, n_k) and max(n_q, n_k) <= self.max_n and (max(d, d_v) <= self.max_d or widened)
+                and batch <= self.max_batch and heads_kv <= self.max_heads_kv
                 and (self.gqa or group == 1) and (self.cross or n_q == n_k) and (self.value_dim or d == d_v)
                 and (not self.different_lengths or n_q != n_k) and (not self.same_lengths or n_q == n_k)
                 and (not self.weights_visible or self.value_dim or d >= n_k)
@@ -163,9 +171,9 @@ def _free_shapes(draw, rules: ShapeRules) -> Shape:
     if rules.weights_visible and not rules.value_dim:
         d = max(d, n_k)
     d_v = draw(head_dims(rules.max_d)) if rules.value_dim and draw(st.booleans()) else d
-    heads_kv = draw(st.integers(1, 3))
+    heads_kv = draw(st.integers(1, rules.max_heads_kv))
     group = draw(st.sampled_from([1, 2, 3])) if rules.gqa else 1
-    batch = draw(st.integers(1, 2))
+    batch = draw(st.integers(1, rules.max_batch))
     return Shape(batch, heads_kv, group, n_q, n_k, d, d_v)
 
 
@@ -176,11 +184,18 @@ def shapes(rules: ShapeRules) -> st.SearchStrategy[Shape]:
     return st.sampled_from(menu) if rules.fixed and menu else _free_shapes(rules)
 
 
+def unrepresentable(dtype: str) -> dict[str, tuple[str, ...]]:
+    """The score and value styles whose STYLE_MAGNITUDES exceed `dtype`'s largest finite value."""
+    largest = float(finfo(dtype).max)
+    return {field: tuple(style for style, size in sizes.items() if size > largest)
+            for field, sizes in STYLE_MAGNITUDES.items()}
+
+
 def styles(dtype: str = "float64", score_styles: tuple[str, ...] = SCORE_STYLES,
            value_styles: tuple[str, ...] = VALUE_STYLES) -> st.SearchStrategy[dict[str, str | int]]:
     """Recipe fields score_style, value_style and seed: the styles asked for that `dtype` represents
-    (UNREPRESENTABLE), shrinking towards the first style and seed 0."""
-    banned = UNREPRESENTABLE.get(dtype, {})
+    (unrepresentable), shrinking towards the first style and seed 0."""
+    banned = unrepresentable(dtype)
     return st.builds(dict,
                      score_style=st.sampled_from([s for s in score_styles if s not in banned.get("score_style", ())]),
                      value_style=st.sampled_from([s for s in value_styles if s not in banned.get("value_style", ())]),

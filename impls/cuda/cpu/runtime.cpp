@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -45,10 +46,12 @@ struct Barrier {
 
 struct Warp {
     Barrier barrier;
+    std::condition_variable changed;  // OS threads: only the warp's lanes wake for its barriers
     unsigned live = 0;
     unsigned live_mask = 0;  // lanes that have not returned
     unsigned arrived_mask = 0;
-    std::uint64_t slots[kWarp] = {};
+    std::uint64_t slots[2][kWarp] = {};
+    unsigned char parity[kWarp] = {};  // which slot set each lane publishes into next
 };
 
 
@@ -57,7 +60,7 @@ struct Block {
     unsigned threads = 0;
     unsigned live = 0;
     Barrier barrier;
-    std::vector<Warp> warps;
+    std::deque<Warp> warps;  // not a vector: a condition variable does not move
     std::vector<ThreadState> states;
     bool aborted = false;
     unsigned long events = 0;  // barrier releases and exits: progress, for deadlock detection
@@ -113,7 +116,7 @@ struct Block {
     }
 
     template <typename Done>
-    void wait_until(std::unique_lock<std::mutex>& lock, Done done) {
+    void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& wake, Done done) {
         if (fibers) {
             while (!done()) {
                 if (aborted) throw Abort{};
@@ -125,14 +128,14 @@ struct Block {
             auto since = std::chrono::steady_clock::now();
             while (!done()) {
                 if (aborted) { --waiting; throw Abort{}; }
-                changed.wait_for(lock, std::chrono::milliseconds(20));
+                wake.wait_for(lock, std::chrono::milliseconds(20));
                 if (events != last_events) {
                     last_events = events;
                     since = std::chrono::steady_clock::now();
                 } else if (waiting == live && std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
                     note(deadlock());
                     aborted = true;
-                    changed.notify_all();
+                    notify_everyone();
                 }
             }
             --waiting;
@@ -154,7 +157,7 @@ struct Block {
             changed.notify_all();
             return;
         }
-        wait_until(held, [&] { return barrier.generation != generation; });
+        wait_until(held, changed, [&] { return barrier.generation != generation; });
     }
 
     void sync_warp(unsigned mask, Site site) {
@@ -173,10 +176,10 @@ struct Block {
                      " returned before a warp-synchronous call that names them (" + where(site) + ")");
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
-            changed.notify_all();
+            w.changed.notify_all();
             return;
         }
-        wait_until(held, [&] { return w.barrier.generation != generation; });
+        wait_until(held, w.changed, [&] { return w.barrier.generation != generation; });
     }
 
     void exit_thread() {
@@ -198,7 +201,13 @@ struct Block {
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
         }
+        notify_everyone();
+    }
+
+    void notify_everyone() {
+        if (fibers) return;
         changed.notify_all();
+        for (auto& w : warps) w.changed.notify_all();
     }
 };
 
@@ -265,37 +274,34 @@ void run_threads(Block& block) {
 void sync_block(Site site) { the_block->sync_block(site); }
 void sync_warp(unsigned mask, Site site) { the_block->sync_warp(mask, site); }
 
-std::uint64_t exchange(unsigned mask, std::uint64_t value, unsigned source, Site site) {
+// Lanes publish into one of two slot sets, alternating per exchange, with one warp barrier between publishing
+// and reading: a lane can publish into a set again only after the next exchange's barrier, which every lane
+// reaches only after reading this one, so a second barrier is not needed.
+std::uint64_t* publish(std::uint64_t value) {
     Warp& w = the_block->warps[current_thread->linear / kWarp];
-    {
-        auto held = the_block->lock();
-        w.slots[current_thread->linear % kWarp] = value;
-    }
+    unsigned lane = current_thread->linear % kWarp;
+    auto held = the_block->lock();
+    std::uint64_t* slots = w.slots[w.parity[lane]];
+    w.parity[lane] ^= 1u;
+    slots[lane] = value;
+    return slots;
+}
+
+std::uint64_t exchange(unsigned mask, std::uint64_t value, unsigned source, Site site) {
+    std::uint64_t* slots = publish(value);
     sync_warp(mask, site);
-    std::uint64_t out;
-    {
-        auto held = the_block->lock();
-        out = w.slots[source % kWarp];
-    }
-    sync_warp(mask, site);
-    return out;
+    auto held = the_block->lock();
+    return slots[source % kWarp];
 }
 
 unsigned ballot(unsigned mask, bool predicate, Site site) {
+    std::uint64_t* slots = publish(predicate ? 1 : 0);
+    sync_warp(mask, site);
+    auto held = the_block->lock();
+    const Warp& w = the_block->warps[current_thread->linear / kWarp];
     unsigned bits = 0;
-    std::uint64_t mine = predicate ? 1 : 0;
-    Warp& w = the_block->warps[current_thread->linear / kWarp];
-    {
-        auto held = the_block->lock();
-        w.slots[current_thread->linear % kWarp] = mine;
-    }
-    sync_warp(mask, site);
-    {
-        auto held = the_block->lock();
-        for (unsigned lane = 0; lane < kWarp; ++lane)
-            if ((mask & w.live_mask & (1u << lane)) && w.slots[lane]) bits |= 1u << lane;
-    }
-    sync_warp(mask, site);
+    for (unsigned lane = 0; lane < kWarp; ++lane)
+        if ((mask & w.live_mask & (1u << lane)) && slots[lane]) bits |= 1u << lane;
     return bits;
 }
 
@@ -360,7 +366,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
         b.threads = b.live = unsigned(threads);
         b.fibers = fibers;
         b.diagnostics = &notes;
-        b.warps.resize((threads + 31) / 32);
+        for (std::uint64_t w = 0; w < (threads + 31) / 32; ++w) b.warps.emplace_back();
         b.states.resize(threads);
         for (unsigned t = 0; t < threads; ++t) {
             b.states[t].linear = t;
