@@ -26,6 +26,8 @@ BUILTIN_TARGETS = (
     "impls.cuda_flash_simt:flash_simt_on_cpu",
     "impls.cuda_flash_simt:flash_simt_bottom_right_on_device",
     "impls.cuda_flash_simt:flash_simt_bottom_right_on_cpu",
+    "impls.cuda_flash_wmma:flash_wmma_on_device",
+    "impls.cuda_flash_wmma:flash_wmma_on_cpu",
     "impls.cuda_paged_decode:paged_decode_on_device",
     "impls.cuda_paged_decode:paged_decode_on_cpu",
 )

@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import impls.seed_code
-from impls import cuda_flash_simt, cuda_paged_decode
+from impls import cuda_flash_simt, cuda_flash_wmma, cuda_paged_decode
 from impls.cuda.launch import KERNEL_DIR, KernelSource
 from impls.cuda_seed002_kernels import NAIVE, SHARED_MEMORY
 
 SEED_DIR = Path(impls.seed_code.__file__).parent / "cuda"
 
 # impls/cuda/kernels/: the project's own kernels, as their records launch them
-PROJECT: tuple[KernelSource, ...] = (cuda_flash_simt.KERNEL, cuda_paged_decode.KERNEL)
+PROJECT: tuple[KernelSource, ...] = (cuda_flash_simt.KERNEL, cuda_flash_wmma.KERNEL, cuda_paged_decode.KERNEL)
 
 # The seed 002 kernels repaired so that they compile and run (their records launch these).
 SEED_REPAIRED: tuple[KernelSource, ...] = (NAIVE, SHARED_MEMORY)
