@@ -1,6 +1,6 @@
-"""Compiling CUDA source without a GPU: the seed 002 kernels (§ 3.2.2 and § 3.2.4, verbatim in
-impls/seed_code/cuda/) with whichever CUDA compilers this machine has: NVRTC (the compiler CuPy's
-RawKernel uses, through cupy-cuda12x[ctk]) and nvcc. Neither needs a GPU.
+"""Compiling the seed 002 kernels as written (§ 3.2.2 and § 3.2.4, verbatim in impls/seed_code/cuda/) with
+whichever CUDA compilers this machine has: NVRTC with the launcher's options (impls/cuda/nvrtc.py) and nvcc.
+Neither needs a GPU.
 """
 
 from __future__ import annotations
@@ -11,42 +11,38 @@ import tempfile
 from pathlib import Path
 
 import impls.seed_code
+from impls.cuda import nvrtc
+from impls.cuda.launch import KernelSource
 
 _SEED_KERNELS = Path(impls.seed_code.__file__).parent / "cuda"
 KERNELS = {
     "attention_kernel": _SEED_KERNELS / "seed002_attention_kernel.cu",
     "optimized_attention_kernel": _SEED_KERNELS / "seed002_optimized_attention_kernel.cu",
 }
-ARCH = "compute_90"  # Hopper, the lent GPU's architecture; any would do for a compile check
+ARCH = "compute_90"  # nvcc's target: Hopper, the lent GPU's architecture; any would do for a compile check
 
 
 class CompilerUnavailable(RuntimeError):
     """This machine has no such CUDA compiler."""
 
 
-def _nvrtc(source: str, name: str) -> str | None:
+def _nvrtc(source: Path, name: str) -> str | None:
     try:
-        from cupy_backends.cuda.libs import nvrtc
-    except ImportError as exc:
-        raise CompilerUnavailable(f"NVRTC needs cupy-cuda12x[ctk] ({exc})") from None
-    try:
-        program = nvrtc.createProgram(source, f"{name}.cu", [], [])
-    except Exception as exc:  # the NVRTC library itself is missing
-        raise CompilerUnavailable(f"NVRTC could not be loaded: {exc}") from None
-    try:
-        nvrtc.compileProgram(program, [f"-arch={ARCH}"])
-    except nvrtc.NVRTCError:
-        return nvrtc.getProgramLog(program)
+        nvrtc.compile_kernel(KernelSource(source, (name,)), nvrtc.ARCHITECTURES[-1])
+    except nvrtc.NvrtcUnavailable as exc:
+        raise CompilerUnavailable(str(exc)) from None
+    except nvrtc.CompileError as exc:
+        return str(exc)
     return None
 
 
-def _nvcc(source: str, name: str) -> str | None:
+def _nvcc(source: Path, name: str) -> str | None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise CompilerUnavailable("nvcc is not on PATH")
     with tempfile.TemporaryDirectory() as work:
         path = Path(work) / f"{name}.cu"
-        path.write_text(source)
+        path.write_text(source.read_text())
         done = subprocess.run([nvcc, "--ptx", f"-arch={ARCH}", str(path), "-o", str(path.with_suffix(".ptx"))],
                               capture_output=True, text=True, timeout=300)
     return None if done.returncode == 0 else done.stderr
@@ -57,4 +53,4 @@ COMPILERS = {"nvrtc": _nvrtc, "nvcc": _nvcc}
 
 def compile_kernel(name: str, compiler: str) -> str | None:
     """Compile a seed kernel as written; None on success, else the compiler's log."""
-    return COMPILERS[compiler](KERNELS[name].read_text(), name)
+    return COMPILERS[compiler](KERNELS[name], name)

@@ -57,14 +57,22 @@ def _time_limit(seconds: float):
 
 
 def as_numpy(value: object) -> np.ndarray | None:
-    """NumPy, torch and CuPy arrays as NumPy; anything else as None."""
+    """NumPy, torch and CuPy arrays as NumPy (torch.bfloat16 as ml_dtypes' bfloat16); anything else as None."""
     if isinstance(value, np.ndarray):
         return value
     if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
+        from impls.torch_convert import to_numpy  # torch is loaded: the value is a tensor
+
+        return to_numpy(value)
     if type(value).__module__.startswith("cupy") and hasattr(value, "get"):
         return value.get()
     return None
+
+
+def as_float64(value: object) -> np.ndarray:
+    """An array of any kind as float64 NumPy, anything else through np.asarray (what repro snippets print)."""
+    array = as_numpy(value)
+    return np.asarray(value if array is None else array, dtype=np.float64)
 
 
 def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict) -> object:

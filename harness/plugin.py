@@ -14,6 +14,8 @@
 - A declaration that the run exercised (all the properties it names ran on its
   dtype) without catching anything is reported: an error (exit 1) for built-in
   records under a derandomized profile (`ci`), a warning otherwise.
+- Kernel resources: a run that collected CUDA records or CUDA properties compiles the catalogued kernels once,
+  in the controller, for the report's `kernels` section (harness.kernel_resources).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hypothesis import settings
 from harness.declarations import RUNNING, RunningCheck
 from harness.evidence import PropertyViolation
 from harness.guarded_call import CallSettings
+from harness.kernel_resources import kernel_section, summary_line, wanted
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
@@ -42,6 +45,7 @@ from impls.registry import (
     variants,
 )
 from specs.catalogue import load_claims
+from specs.dtypes import missing as dtype_missing
 
 STATE = pytest.StashKey[RunState]()
 RUNNING_CHECK = pytest.StashKey[RunningCheck | None]()
@@ -171,8 +175,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_runtest_setup(item: pytest.Item) -> None:
     marker = item.get_closest_marker("requires")
     found = _claims_and_subject(item)
-    if marker and found and isinstance(found[1], Variant):
-        reason = found[1].capabilities.lacking(*marker.args)
+    if found and isinstance(found[1], Variant):
+        reason = dtype_missing(found[1].dtype) or (marker and found[1].capabilities.lacking(*marker.args))
         if reason:
             pytest.skip(reason)
 
@@ -304,8 +308,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    kernels = kernel_section() if wanted(state) else None  # compiles every catalogued kernel: seconds, once
     state.report = build_report(state, time.monotonic() - state.started,
-                                profile=settings.get_current_profile_name())
+                                profile=settings.get_current_profile_name(), kernels=kernels)
     directory = session.config.getoption("report")
     if directory:
         write_report(state.report, directory)
@@ -318,6 +323,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("claims x implementations")
     for line in matrix_lines(state.report):
         terminalreporter.write_line(line)
+    if state.report.get("kernels"):
+        terminalreporter.write_line(summary_line(state.report["kernels"]))
     for warning in state.warnings:
         error = warning.startswith("ERROR")
         terminalreporter.write_line(warning, red=error, yellow=not error)

@@ -16,6 +16,7 @@ import html
 import json
 from pathlib import Path
 
+from harness.kernel_resources import html_section, markdown_lines
 from harness.markers import ORACLE
 from harness.verdicts import STATUSES, RunState, aggregate
 from impls.registry import Variant
@@ -41,7 +42,8 @@ def _subjects(state: RunState) -> list[str]:
     return names + ([ORACLE] if ORACLE in seen else []) + others
 
 
-def build_report(state: RunState, duration_s: float, profile: str | None = None) -> dict:
+def build_report(state: RunState, duration_s: float, profile: str | None = None, kernels: dict | None = None) -> dict:
+    """The report of the run; `kernels`: harness.kernel_resources' section (None when the run touched no CUDA)."""
     verdicts = [{"claim": slug, "impl": subject, **aggregate(outcomes)}
                 for (slug, subject), outcomes in state.outcomes.items()]
     order = {slug: i for i, slug in enumerate(state.claims)}
@@ -69,6 +71,8 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None)
         "time_s": {name: {"tests": round(state.seconds.get(name, 0.0), 2),
                           "calls": round(state.call_seconds.get(name, 0.0), 2)} for name in subjects},
         "summary": summary,
+        # ptxas resources of the catalogued CUDA kernels (harness.kernel_resources); null: no CUDA in this run
+        "kernels": kernels,
         "profile": profile,
         "duration_s": round(duration_s, 1),
     }
@@ -157,6 +161,8 @@ def _markdown(report: dict) -> str:
     if report["unavailable"]:
         out += ["", "## Not run on this machine", ""]
         out += [f"- `{u['target']}`: {u['reason']}" for u in report["unavailable"]]
+    if report.get("kernels"):
+        out += [""] + markdown_lines(report["kernels"])
     return "\n".join(out) + "\n"
 
 
@@ -200,7 +206,8 @@ def _html(report: dict) -> str:
         f"declared fail, {s['unexpected_fail']} unexpected fail, {s['error']} error, {s['skip']} skip.</p>"
         f"<ol style='columns:2'>{legend}</ol><table><tr><th>claim</th>{header}</tr>{''.join(rows)}</table>"
         "<p>+ pass, F fail, x declared fail, E error, s skip, . not applicable</p>"
-        f"<h2>Bug reports</h2>{''.join(bugs)}</body></html>\n"
+        f"<h2>Bug reports</h2>{''.join(bugs)}{html_section(report['kernels']) if report.get('kernels') else ''}"
+        "</body></html>\n"
     )
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from specs.dtypes import EXTENSION_DTYPES, is_extension
 from specs.problems import STEP_IMPORTS, Problem
 
 # what a derivation step may use (specs.problems.STEP_IMPORTS), then what the snippet itself needs
 IMPORTS = (
     *STEP_IMPORTS,
+    "from harness.guarded_call import as_float64",
     "from impls.registry import load_impl",
     "from specs.layouts import to_layout",
     "from specs.reference import attention",
@@ -19,6 +21,13 @@ def call_line_for(extra: dict, args: str = "q, k, v") -> str:
     """The line that calls the implementation with the problem's keywords and `extra`."""
     parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
     return f"out = fn({', '.join(parts)})"
+
+
+def cast_line(dtype: str) -> str:
+    """The line that casts p's float64 q, k, v to `dtype`, after importing the package of an extension dtype
+    (ml_dtypes registers bfloat16 with NumPy)."""
+    cast = f"q, k, v = (x.astype({dtype!r}) for x in (p.q, p.k, p.v))"
+    return f"import {EXTENSION_DTYPES[dtype]}\n{cast}" if is_extension(dtype) else cast
 
 
 def index_code(index: tuple) -> str:
@@ -44,7 +53,7 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
         *IMPORTS,
         problem.code(),
         f"fn = load_impl({target!r}).fn",
-        f"q, k, v = (x.astype({dtype!r}) for x in (p.q, p.k, p.v))",
+        cast_line(dtype),
     ]
     if layout != "contiguous":
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
@@ -54,6 +63,6 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
         call_line or call_line_for({}),
         "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
         f"causal_alignment={causal_alignment!r})",
-        "print(np.abs(np.asarray(out, dtype=float) - oracle.out).max())",
+        "print(np.abs(as_float64(out) - oracle.out).max())",
     ]
     return "\n".join(lines)

@@ -20,8 +20,9 @@ from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
 from harness.guarded_call import CallFailed, CallSettings, call_in_process, checked_array, non_finite_summary
 from harness.isolation import call_isolated
-from harness.repro import call_line_for, index_code, repro_snippet
+from harness.repro import call_line_for, cast_line, index_code, repro_snippet
 from impls.registry import Variant
+from specs.dtypes import numpy_dtype
 from specs.layouts import to_layout
 from specs.problems import Problem
 from specs.reference import AttentionResult, repeat_kv
@@ -42,7 +43,7 @@ class Trial:
         self.variant = variant
         self.problem = problem
         self.layout = layout  # specs.layouts: how q, k, v are laid out in memory when passed
-        self.dtype = np.dtype(variant.dtype)
+        self.dtype = numpy_dtype(variant.dtype)
         self._targets: list[str] = []
         self.in_hypothesis = currently_in_test_context()
         running = RUNNING.get()
@@ -179,10 +180,10 @@ class Trial:
         script = "\n".join([
             "out = fn(q, k, v, **p.kwargs())",
             *extra,
-            f"q, k, v = (x.astype({self.variant.dtype!r}) for x in (p.q, p.k, p.v))",
+            cast_line(self.variant.dtype),
             "out_t = fn(q, k, v, **p.kwargs())",
-            f"print(np.abs(np.asarray(out_t, dtype=float)[{index_code(got_index)}] - "
-            f"np.asarray(out, dtype=float)[{index_code(expected_index)}]).max())",
+            f"print(np.abs(as_float64(out_t)[{index_code(got_index)}] - "
+            f"as_float64(out)[{index_code(expected_index)}]).max())",
         ])
         self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem, script=script)
 

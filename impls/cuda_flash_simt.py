@@ -49,8 +49,9 @@ def mask_arguments(mask: np.ndarray | None, shape: AttentionShape) -> tuple[np.n
 
 def flash_simt(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None, causal: bool = False,
                mask: np.ndarray | None = None, return_lse: bool = False, causal_alignment: str = "top_left",
-               executor: str):
-    """Attention by flash_simt.cu; (out, lse) with return_lse, lse float32 (natural log, -inf: no key)."""
+               executor: str, kernel: KernelSource = KERNEL):
+    """Attention by flash_simt.cu (or a copy of it with the same parameters, `kernel`); (out, lse) with
+    return_lse, lse float32 (natural log, -inf: no key)."""
     shape = check_inputs(q, k, v)
     check_causal(causal, causal_alignment)
     s = resolve_scale(scale, shape.d)
@@ -69,7 +70,7 @@ def flash_simt(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | No
               *(np.int32(n) for n in (shape.heads, shape.heads_kv, shape.n_q, shape.n_k, shape.d, shape.d_v)),
               np.float32(s), np.int32(bool(causal)), np.int32(offset), has_mask, *mask_strides),
     )
-    result = execute(KERNEL, launch, executor)
+    result = execute(kernel, launch, executor)
     return (result[3], result[4]) if return_lse else result[3]
 
 

@@ -22,6 +22,12 @@ BUILTIN_TARGETS = (
     "impls.cuda_seed002_kernels:naive_kernel_on_cpu",
     "impls.cuda_seed002_kernels:shared_memory_kernel_on_device",
     "impls.cuda_seed002_kernels:shared_memory_kernel_on_cpu",
+    "impls.cuda_flash_simt:flash_simt_on_device",
+    "impls.cuda_flash_simt:flash_simt_on_cpu",
+    "impls.cuda_flash_simt:flash_simt_bottom_right_on_device",
+    "impls.cuda_flash_simt:flash_simt_bottom_right_on_cpu",
+    "impls.cuda_paged_decode:paged_decode_on_device",
+    "impls.cuda_paged_decode:paged_decode_on_cpu",
 )
 
 

@@ -154,7 +154,8 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
     dtypes = tuple(declared.pop("dtypes", ("float64",)))
     bad = [d for d in dtypes if d not in SUPPORTED_DTYPES]
     if bad or not dtypes:
-        raise ImplLoadError(f"{target}: dtypes {dtypes} must be non-empty and within {SUPPORTED_DTYPES}")
+        found = f"unknown dtypes {bad}" if bad else "no dtypes"
+        raise ImplLoadError(f"{target}: {found} declared; valid: {', '.join(SUPPORTED_DTYPES)}")
     if declared.get("causal_alignment", "top_left") not in CAUSAL_ALIGNMENTS:
         raise ImplLoadError(f"{target}: causal_alignment must be one of {CAUSAL_ALIGNMENTS}")
     tiles = tuple(declared.pop("tile_keywords", ()))

@@ -4,6 +4,8 @@ torch 2.13's CPU build has two backends: MATH (the composite formula; every
 dtype, dropout, d_v != d) and FLASH_ATTENTION (a fused, tiled CPU kernel;
 d_v must equal d, no dropout). Each record pins its backend with
 torch.nn.attention.sdpa_kernel, so a fallback cannot hide which one ran.
+Both take torch.bfloat16 (ml_dtypes' bfloat16 arrays cross as such: impls.torch_convert) and
+pass every property in it; their known defects are the same in bfloat16 as in float32.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ def _probe(backend: SDPBackend) -> str | None:
     return None
 
 
-@attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16"),
+@attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"),
                 causal_alignment="top_left",
-                known_defects=nan_findings(("float64", "float32", "float16"), drops_visible_nan=False))
+                known_defects=nan_findings(("float64", "float32", "float16", "bfloat16"), drops_visible_nan=False))
 def sdpa_math(
     q: np.ndarray,
     k: np.ndarray,
@@ -56,17 +58,17 @@ UNCHECKED_VALUE_LENGTH = {
     "one-key-per-value": {
         "why": "torch 2.13's CPU flash kernel does not check that v has as many rows as k has keys: "
                "it returns an output instead of raising",
-        "dtypes": ("float64", "float32"),
+        "dtypes": ("float64", "float32", "bfloat16"),
         "properties": ("test_values_of_another_length_are_rejected",),
         "match": r"accepted k with n_k=\d+ keys and v with \d+ values",
     },
 }
 
 
-@attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32"),
+@attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32", "bfloat16"),
                 causal_alignment="top_left", value_dim=False, fused=True,
                 known_defects={**UNCHECKED_VALUE_LENGTH,
-                               **nan_findings(("float64", "float32"), drops_visible_nan=True)},
+                               **nan_findings(("float64", "float32", "bfloat16"), drops_visible_nan=True)},
                 probe=lambda: _probe(SDPBackend.FLASH_ATTENTION))
 def sdpa_flash_cpu(
     q: np.ndarray,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from harness.markers import checks
 from harness.trial import Trial, check_against_oracle, problems_for
+from specs.dtypes import finfo
 
 
 @checks("ratio-of-exp-sums")
@@ -19,7 +20,7 @@ def test_ratio_of_exponential_sums_inside_exp_range(variant, data):
     """Scores are brought inside exp's range for the dtype (|S| <= 0.9 log(max)) by scaling q."""
     problem = data.draw(problems_for(variant, score_styles=("normal", "integers", "tiny", "spiky")), label="problem")
     largest = float(np.abs(Trial(variant, problem).oracle()[0].scores).max())
-    limit = 0.9 * math.log(float(np.finfo(np.dtype(variant.dtype)).max))
+    limit = 0.9 * math.log(float(finfo(variant.dtype).max))
     if largest > limit:
         problem = problem.scale_queries(limit / largest)
     check_against_oracle(variant, problem)

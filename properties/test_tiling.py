@@ -15,6 +15,7 @@ from harness.blocked import check_any_block_sizes
 from harness.guarded_call import as_numpy
 from harness.markers import checks
 from harness.trial import Trial, problems_for
+from specs.dtypes import numpy_dtype
 from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import ToleranceUndefined, lse_allowance, merge_allowance
@@ -43,7 +44,7 @@ def _peak_growth(fn, dtype: str) -> float:
     peaks = []
     for n in (MEMORY_N, 2 * MEMORY_N):
         problem = build(n_q=n, n_k=n, d=16, d_v=16)
-        q, k, v = (x.astype(dtype) for x in (problem.q, problem.k, problem.v))
+        q, k, v = (x.astype(numpy_dtype(dtype)) for x in (problem.q, problem.k, problem.v))
         peaks.append(_peak_traced_bytes(functools.partial(fn, q, k, v)))
     return peaks[1] / peaks[0]
 

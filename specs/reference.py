@@ -2,8 +2,12 @@
 
 Seed 000 § 注意力机制的Q、K、V: Attention(Q,K,V) = softmax(QK^T / sqrt(d_k)) V.
 The same code run on float64 input is the oracle every property compares with;
-run on float32 or float16 input it is the "naive implementation in the same
-precision" that FlashAttention's error rule measures against (specs.tolerance).
+run on float32, float16 or bfloat16 input it is the "naive implementation in the same
+precision" that FlashAttention's error rule measures against (specs.tolerance): every
+step rounds to the input's dtype, sums and matrix products once, after accumulating in
+float32 at least. NumPy does so for float16 by itself; for ml_dtypes' bfloat16 its
+matrix products return float32 and its sums accumulate in bfloat16, so the formula
+rounds the one and chooses the accumulator of the other (specs.dtypes.accumulator).
 
 Conventions (recorded as claims in specs/claims.toml):
 - scale=None means 1/sqrt(d);
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specs.dtypes import accumulator
 from specs.validation import (
     AttentionInputError,
     AttentionShape,
@@ -89,7 +94,8 @@ def attention(
     q, k, v = (x.astype(dtype, copy=False) for x in (q, k, v))
     k_all, v_all = repeat_kv(k, shape.group), repeat_kv(v, shape.group)
 
-    scores = np.matmul(q, k_all.swapaxes(-1, -2)) * s
+    # NumPy's bfloat16 matrix products return float32, and a Python float promotes bfloat16: round as float16 does
+    scores = np.matmul(q, k_all.swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
     allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask)
     if allowed is not None:
         scores = np.where(allowed, scores, dtype.type(-np.inf))
@@ -100,11 +106,11 @@ def attention(
     has_key = np.isfinite(row_max) | np.isnan(row_max)  # NaN: a visible NaN score, which must propagate
     shift = np.where(has_key, row_max, dtype.type(0))
     unnormalised = np.exp(scores - shift)
-    total = unnormalised.sum(axis=-1, keepdims=True)
+    total = unnormalised.sum(axis=-1, keepdims=True, dtype=accumulator(dtype)).astype(dtype, copy=False)
     weights = unnormalised / np.where(has_key, total, dtype.type(1))
     with np.errstate(divide="ignore"):
         lse = np.where(has_key, shift + np.log(total), dtype.type(-np.inf))[..., 0]
-    out = np.matmul(weights, v_all)
+    out = np.matmul(weights, v_all).astype(dtype, copy=False)
     return AttentionResult(out, weights, lse, scores, allowed, s)
 
 

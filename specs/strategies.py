@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from hypothesis import strategies as st
 
+from specs.dtypes import finfo
 from specs.problems import MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
 
 if TYPE_CHECKING:
@@ -30,8 +31,12 @@ MAX_TILES = 1024  # tile loops in Python stay fast enough for a property run
 TILE_BOUNDARIES = (16, 32, 64, 128)
 SCALES = (1.0, 0.5, 2.0, 0.125, 10.0, 1e-3)
 MASK_DENSITIES = (0.5, 0.1, 0.9)
-# float16 holds neither |v| ~ 1e6 nor products of entries ~1e3: keep its inputs representable.
-UNREPRESENTABLE = {"float16": {"score_style": ("huge",), "value_style": ("large",)}}
+# Typical magnitudes the styles put in a float computation (specs.problems): |v| for a value style, an unscaled
+# dot product q.k at head dim 64 (the entries' product times sqrt(64)) for a score style; the styles not listed
+# stay below 100. A dtype whose largest finite value (finfo) is below one cannot hold that style: float16
+# (65504) neither |v| ~ 1e6 nor q.k ~ 2.4e5; bfloat16 and float32 (3.4e38) hold every style. A draw that
+# still overflows is rejected where it is cast (harness.trial).
+STYLE_MAGNITUDES = {"score_style": {"large": 8e3, "huge": 2.4e5}, "value_style": {"large": 1e6, "offset": 1e3}}
 
 
 def lengths(max_n: int = MAX_N, *, min_n: int = 1, near: Iterable[int] = ()) -> st.SearchStrategy[int]:
@@ -176,11 +181,18 @@ def shapes(rules: ShapeRules) -> st.SearchStrategy[Shape]:
     return st.sampled_from(menu) if rules.fixed and menu else _free_shapes(rules)
 
 
+def unrepresentable(dtype: str) -> dict[str, tuple[str, ...]]:
+    """The score and value styles whose STYLE_MAGNITUDES exceed `dtype`'s largest finite value."""
+    largest = float(finfo(dtype).max)
+    return {field: tuple(style for style, size in sizes.items() if size > largest)
+            for field, sizes in STYLE_MAGNITUDES.items()}
+
+
 def styles(dtype: str = "float64", score_styles: tuple[str, ...] = SCORE_STYLES,
            value_styles: tuple[str, ...] = VALUE_STYLES) -> st.SearchStrategy[dict[str, str | int]]:
     """Recipe fields score_style, value_style and seed: the styles asked for that `dtype` represents
-    (UNREPRESENTABLE), shrinking towards the first style and seed 0."""
-    banned = UNREPRESENTABLE.get(dtype, {})
+    (unrepresentable), shrinking towards the first style and seed 0."""
+    banned = unrepresentable(dtype)
     return st.builds(dict,
                      score_style=st.sampled_from([s for s in score_styles if s not in banned.get("score_style", ())]),
                      value_style=st.sampled_from([s for s in value_styles if s not in banned.get("value_style", ())]),

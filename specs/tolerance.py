@@ -33,7 +33,7 @@ float64: an a-priori worst-case bound. Each score is a length-d dot product plus
   ~1e8 times below float32 rounding, so a float64 implementation that computes
   any step in float32 is caught on ordinary inputs.
 
-float32 / float16: FlashAttention's rule, per element. The error may be
+float32 / float16 (bfloat16 below): FlashAttention's rule, per element. The error may be
   K_FORWARD = 2 times the error of the naive formula (specs.reference.attention)
   run in the same precision on the same inputs, taken as the largest over the
   row's output elements (one naive run is one sample of the rounding: the row's
@@ -65,6 +65,21 @@ float32 / float16: FlashAttention's rule, per element. The error may be
   1e-3 bias on one score moves the output: tests/test_power.py states which slightly
   wrong implementations the rule catches and which are below resolution, and why.
 
+bfloat16: the same rule, from its own unit roundoff u = 2^-8 (8 significand bits, the implicit one
+  included, against float16's 11: every storage term, and with them the naive formula's error, is 2^3 = 8
+  times float16's) and float32 inside (u_a = 2^-24, as bfloat16 kernels keep S, exp and the accumulators
+  in float32). Its exponent range is float32's (largest 3.4e38, smallest normal 1.2e-38, smallest
+  subnormal 9.2e-41, from ml_dtypes.finfo: np.finfo does not know the type), so the naive formula
+  overflows on none of the suite's styles: where float16's rule is undefined (scores of 3e4, values
+  of 1e6) bfloat16's is defined, and specs.strategies draws every style for it. Resolution is coarse
+  instead: an input moves by up to u |x| (values 1e3 + N(0, 1) land on 996, 1000 or 1004), a score of
+  1e3 rounded to bfloat16 by up to 3.9, and the naive error (so the K_FORWARD term) grows with |S|.
+  The naive bfloat16 formula accumulates its sums in float32 and rounds each to bfloat16 once, as NumPy
+  does for float16 and PyTorch for both (specs.reference): NumPy's own bfloat16 sums accumulate in
+  bfloat16 one element at a time, whose error grows without bound (10^4 x 0.1 sums to 32), and
+  K_FORWARD times that would admit any output. At d = 64, n_q = n_k = 128, N(0, 1) inputs the median
+  allowance is 6.8e-3 against float16's 8.5e-4 (8.0 times; 2.6e-3 against 3.4e-4 at n_k = 1024).
+
 Every comparison in the suite asks this module for its allowance.
 """
 
@@ -75,12 +90,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specs.dtypes import finfo, numpy_dtype
 from specs.reference import AttentionResult, attention, repeat_kv
 
 SAFETY = 2.0
 K_FORWARD = 2.0
 LAMBDA = 5.0  # Hoeffding factor of the probabilistic floor: 2 exp(-LAMBDA^2 / 2) = 7.5e-6 per element
-SUPPORTED_DTYPES = ("float64", "float32", "float16")
+SUPPORTED_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
 class ToleranceUndefined(ValueError):
@@ -107,7 +123,8 @@ class Allowance:
 
 
 def unit_roundoff(dtype: np.dtype | str) -> float:
-    return float(np.finfo(np.dtype(dtype)).eps) / 2
+    """u = eps / 2 = 2^-p for p significand bits (the implicit one included): 2^-53, 2^-24, 2^-11, 2^-8."""
+    return float(finfo(dtype).eps) / 2
 
 
 def _first_order_terms(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray):
@@ -171,8 +188,8 @@ def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np
     inner = np.float32 if u_a < u else dtype
     # underflow: weights below float32's smallest normal may be flushed (n_k tiny max|v|), and the output
     # rounds to `dtype`'s subnormal spacing near 0, where the relative 2 u |O| says nothing
-    underflow = n_k * float(np.finfo(inner).tiny) * float(np.abs(v).max(initial=0.0)) + float(
-        np.finfo(dtype).smallest_subnormal)
+    underflow = n_k * float(finfo(inner).tiny) * float(np.abs(v).max(initial=0.0)) + float(
+        finfo(dtype).smallest_subnormal)
     worst_case = 2 * u * np.abs(out) + 4 * u_a * _merge_magnitude(result, n_k) * abs_weighted + underflow
     return LAMBDA * np.sqrt(variance) + worst_case
 
@@ -207,7 +224,7 @@ def forward_allowance(
     (inputs already rounded to `dtype` and back), so input rounding is not
     charged to the implementation.
     """
-    dtype = np.dtype(dtype)
+    dtype = numpy_dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
         raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
     result = oracle if oracle is not None else attention(q, k, v, **kwargs)
@@ -266,7 +283,7 @@ def lse_allowance(
     Lower precisions: K_FORWARD x the naive formula's largest lse error plus
     sqrt(d) u A_i + (n_k + 4) u + u |lse_i|, as for the output.
     """
-    dtype = np.dtype(dtype)
+    dtype = numpy_dtype(dtype)
     u = unit_roundoff(dtype)
     n_k, d = k.shape[2], q.shape[3]
     row_magnitude = _first_order_terms(oracle, q, k, v)[0][..., 0]
@@ -448,4 +465,4 @@ def value_shift_allowance(shift: float) -> Allowance:
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:
     """Largest spread of a row's scores for which every softmax weight is a normal number in `dtype`:
     e^-spread / n_k > tiny. Properties that need strictly positive weights keep scores inside it."""
-    return -math.log(float(np.finfo(np.dtype(dtype)).tiny)) - math.log(n_k) - 1.0
+    return -math.log(float(finfo(dtype).tiny)) - math.log(n_k) - 1.0

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specs.dtypes import is_float
+
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
 
@@ -48,7 +50,7 @@ class AttentionShape:
 def _as_float_array(name: str, x: object, finite: bool) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise AttentionInputError(f"{name} must be a numpy array, got {type(x).__name__}")
-    if not np.issubdtype(x.dtype, np.floating):
+    if not is_float(x.dtype):
         raise AttentionInputError(f"{name} has dtype {x.dtype}; expected a floating-point dtype")
     if x.ndim != 4:
         raise AttentionInputError(

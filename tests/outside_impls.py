@@ -65,3 +65,10 @@ def bad_capabilities(q, k, v):
 
 
 bad_capabilities.attention_capabilities = {"flash": True}
+
+
+def declares_an_unknown_dtype(q, k, v):
+    return einsum_attention(q, k, v)
+
+
+declares_an_unknown_dtype.attention_capabilities = {"dtypes": ("float64", "bf16")}

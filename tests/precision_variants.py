@@ -1,8 +1,8 @@
 """Attention written in unusual but correct ways, and slightly wrong, for the tolerance model's tests.
 
-Correct float16 attention stores in float16 and computes inside in float32 (FlashAttention keeps
-S, the maximum, exp and the accumulators in float32 and rounds P to float16 before P V); float32
-and float64 variants compute in their own precision. Each takes (q, k, v) in the storage dtype.
+Correct float16 and bfloat16 attention stores in its 16 bits and computes inside in float32 (FlashAttention
+keeps S, the maximum, exp and the accumulators in float32 and rounds P to the storage dtype before P V);
+float32 and float64 variants compute in their own precision. Each takes (q, k, v) in the storage dtype.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import math
 import ml_dtypes
 import numpy as np
 
+from specs.dtypes import accumulator
 from specs.reference import attention
 
 
 def _inner(x: np.ndarray) -> type:
-    return np.float32 if x.dtype == np.float16 else x.dtype.type
+    return accumulator(x.dtype).type
 
 
 def _promote(q, k, v):
@@ -38,12 +39,13 @@ def naive(q, k, v):
 
 
 def torch_math(q, k, v):
-    import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from impls.torch_convert import to_numpy, to_torch
+
     with sdpa_kernel(SDPBackend.MATH):
-        return F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v))).numpy()
+        return to_numpy(F.scaled_dot_product_attention(*to_torch(q, k, v)))
 
 
 def float32_inside(q, k, v):
@@ -140,7 +142,28 @@ def softmax_in_bfloat16(q, k, v):
     return (bf16(e / e.sum(axis=-1, keepdims=True)) @ v_).astype(q.dtype)
 
 
+def softmax_sum_in_bfloat16(q, k, v):
+    """float32 inside, but the softmax's row sum accumulated in bfloat16 one key at a time (NumPy's own
+    bfloat16 sum): once the sum reaches 2^8 times a term, the term is lost."""
+    q_, k_, v_ = _promote(q, k, v)
+    scores = q_ @ k_.swapaxes(-1, -2) * _scale(q)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True)).astype(ml_dtypes.bfloat16)
+    return ((e.astype(_inner(q)) @ v_) / e.sum(axis=-1, keepdims=True).astype(_inner(q))).astype(q.dtype)
+
+
+def output_accumulated_in_bfloat16(q, k, v):
+    """P V accumulated in a bfloat16 accumulator one key at a time (no float32 inside)."""
+    q_, k_, _ = _promote(q, k, v)
+    weights = _softmax(q_ @ k_.swapaxes(-1, -2) * _scale(q)).astype(ml_dtypes.bfloat16)
+    acc = np.zeros(q.shape[:-1] + (v.shape[-1],), ml_dtypes.bfloat16)
+    for j in range(k.shape[-2]):
+        acc = acc + weights[..., j:j + 1] * v[..., j:j + 1, :].astype(ml_dtypes.bfloat16)
+    return acc.astype(q.dtype)
+
+
 SLIGHTLY_WRONG = {"scale 1/sqrt(d+1)": scale_of_d_plus_one, "output x (1 - 1e-2)": output_one_percent_low,
                   "one key dropped": one_key_dropped, "bias 1e-3 on one score": score_bias_on_one_key,
                   "weights rounded to float16": weights_rounded_to_float16,
-                  "softmax in bfloat16": softmax_in_bfloat16}
+                  "softmax in bfloat16": softmax_in_bfloat16,
+                  "softmax sum in bfloat16": softmax_sum_in_bfloat16,
+                  "P V accumulated in bfloat16": output_accumulated_in_bfloat16}

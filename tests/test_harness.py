@@ -90,6 +90,8 @@ def test_failure_reads_as_a_bug_report(broken_run):
     ("impls.numpy_tiled", "expected 'module.path:function' or 'path/to/file.py:function'"),
     ("impls.numpy_tiled:check_block_size", "must take q, k, v positionally"),
     ("tests/outside_impls.py:bad_capabilities", "unknown capabilities ['flash']"),
+    ("tests/outside_impls.py:declares_an_unknown_dtype",
+     "unknown dtypes ['bf16'] declared; valid: float64, float32, float16, bfloat16"),
 ])
 def test_bad_target_is_a_usage_error_naming_the_problem(target, message):
     run = run_suite(*FORMULA, "--impl", target)

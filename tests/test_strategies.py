@@ -8,8 +8,9 @@ of 15 examples misses more often are listed as strict xfails, so a strategy chan
 shows up as XPASS and the list has to be updated.
 
 Then the parts problems() is composed of, each on its own: shapes obey their ShapeRules, compiles_per_shape
-draws only FIXED_SHAPES, float16 gets no unrepresentable style, masks draw MASK_LAYOUTS, and every part
-shrinks to the plainest problem; each check is also fed a deliberately wrong strategy that it must catch.
+draws only FIXED_SHAPES, float16 gets no unrepresentable style (bfloat16 gets every one), masks draw
+MASK_LAYOUTS, and every part shrinks to the plainest problem; each check is also fed a deliberately wrong
+strategy that it must catch.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from specs.strategies import (
     scales,
     shapes,
     styles,
+    unrepresentable,
 )
 
 T = TypeVar("T")
@@ -219,9 +221,18 @@ def _unrepresentable_in_float16(style: dict) -> bool:
 
 
 def test_float16_styles_stay_representable():
-    """styles() for float16 never draws what UNREPRESENTABLE lists; styles drawn as for float64 are caught."""
+    """styles() for float16 never draws what unrepresentable() lists; styles drawn as for float64 are caught."""
     assert counterexample(styles("float16"), _unrepresentable_in_float16) is None
     assert counterexample(styles("float64"), _unrepresentable_in_float16) is not None
+
+
+def test_what_a_dtype_cannot_hold_follows_its_largest_finite_value():
+    """float16's 65504 holds neither huge scores nor large values; bfloat16 has float32's exponents and
+    holds every style, so its problems draw what float16's cannot."""
+    assert unrepresentable("float16") == {"score_style": ("huge",), "value_style": ("large",)}
+    for dtype in ("float64", "float32", "bfloat16"):
+        assert unrepresentable(dtype) == {"score_style": (), "value_style": ()}, dtype
+    assert counterexample(styles("bfloat16"), _unrepresentable_in_float16) is not None
 
 
 @PARTS

@@ -7,6 +7,7 @@ import pytest
 
 from impls.numpy_tiled import tiled_attention
 from specs import tolerance
+from specs.dtypes import numpy_dtype
 from specs.problems import SCORE_STYLES, VALUE_STYLES, build
 from specs.reference import attention
 from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance
@@ -89,8 +90,54 @@ def test_low_precision_rule_is_undefined_where_the_naive_formula_overflows():
 
 def test_unsupported_dtype_is_named():
     p = build()
-    with pytest.raises(ValueError, match="no tolerance rule for dtype int32"):
+    with pytest.raises(ValueError, match=r"no tolerance rule for dtype int32; supported: .*'bfloat16'"):
         forward_allowance(p.q, p.k, p.v, dtype="int32")
+
+
+@pytest.mark.parametrize("dtype, significand_bits", [("float64", 53), ("float32", 24), ("float16", 11),
+                                                     ("bfloat16", 8)])
+def test_unit_roundoff_is_two_to_minus_the_significand_bits(dtype, significand_bits):
+    assert tolerance.unit_roundoff(dtype) == 2.0**-significand_bits
+
+
+@pytest.mark.parametrize("n_k", [128, 1024])
+def test_bfloat16_allowance_is_float16s_scaled_by_their_unit_roundoffs(n_k):
+    """On inputs both dtypes hold exactly (rounded to bfloat16, inside float16's range), every term of the rule
+    that is not float32's inside scales with u: the allowances differ by u_bf16 / u_f16 = 2^3, per element."""
+    p = build(batch=1, heads=2, heads_kv=2, n_q=128, n_k=n_k, d=64, d_v=64, seed=7)
+    rounded = (x.astype(numpy_dtype("bfloat16")).astype(np.float64) for x in (p.q, p.k, p.v))
+    tiny = float(np.finfo(np.float16).tiny)  # below it float16 keeps fewer than bfloat16's 8 bits
+    exact = tuple(np.where(np.abs(x) < tiny, 0.0, x) for x in rounded)
+    assert all(np.array_equal(x.astype(np.float16).astype(np.float64), x) for x in exact)
+    bounds = {dtype: forward_allowance(*exact, dtype=dtype)[1].bound for dtype in ("float16", "bfloat16")}
+    expected = tolerance.unit_roundoff("bfloat16") / tolerance.unit_roundoff("float16")
+    ratio = np.median(bounds["bfloat16"] / bounds["float16"])
+    assert abs(np.log2(ratio / expected)) < 0.25, f"median ratio {ratio:.3g}, expected {expected:g}"
+
+
+def test_bfloat16_rule_is_defined_where_float16_overflows_and_still_tells_weights_apart():
+    """float32's exponent range: huge scores leave float16's naive formula without a rule, not bfloat16's;
+    the allowance stays far below the outputs' spread, so the mean of the values (uniform weights) fails."""
+    p = build(batch=1, heads=2, heads_kv=2, n_q=16, n_k=33, d=8, d_v=8, score_style="huge", seed=1)
+    with pytest.raises(ToleranceUndefined):
+        forward_allowance(p.q, p.k, p.v, dtype="float16")
+    exact = tuple(x.astype(numpy_dtype("bfloat16")).astype(np.float64) for x in (p.q, p.k, p.v))
+    result, allowance = forward_allowance(*exact, dtype="bfloat16")
+    assert np.all(np.isfinite(allowance.bound))
+    uniform = np.broadcast_to(exact[2].mean(axis=-2, keepdims=True), result.out.shape)
+    assert _worst_ratio(uniform, result, allowance) > 1.0
+
+
+def test_naive_bfloat16_formula_sums_in_float32():
+    """The baseline of the bfloat16 rule: NumPy sums bfloat16 in bfloat16 (4096 ones give 256), the naive
+    formula in float32, so 4096 equal scores get weights 2^-12 that sum to exactly 1."""
+    bfloat16 = numpy_dtype("bfloat16")
+    ones = np.ones((1, 1, 1, 4096), bfloat16)
+    assert float(ones.sum()) == 256.0
+    q, k = np.zeros((1, 1, 2, 4), bfloat16), np.zeros((1, 1, 4096, 4), bfloat16)
+    result = attention(q, k, np.ones((1, 1, 4096, 3), bfloat16))
+    assert result.out.dtype == bfloat16 and result.weights.dtype == bfloat16
+    assert np.all(result.weights.astype(np.float64) == 2.0**-12) and np.all(result.out.astype(np.float64) == 1.0)
 
 
 def test_allowances_add_and_slice():

@@ -1,8 +1,8 @@
 """Correct attention written in unusual ways stays under half the tolerance model's allowance.
 
-Over every score and value style, odd sizes and n_q != n_k (specs.strategies), in float64, float32
-and float16: the naive formula, PyTorch's math backend, a one-key-at-a-time online softmax, an
-exp2 softmax, a split-KV merge through the log-sum-exp, and float16 storage computed in float32
+Over every score and value style, odd sizes and n_q != n_k (specs.strategies), in float64, float32,
+float16 and bfloat16: the naive formula, PyTorch's math backend, a one-key-at-a-time online softmax, an
+exp2 softmax, a split-KV merge through the log-sum-exp, and 16-bit storage computed in float32
 (tests/precision_variants.py). Run it under HYPOTHESIS_PROFILE=thorough for 400 draws.
 """
 
@@ -13,12 +13,13 @@ from hypothesis import given, reject, target
 from hypothesis import strategies as st
 
 from impls.registry import Capabilities
+from specs.dtypes import numpy_dtype
 from specs.strategies import problems
 from specs.tolerance import ToleranceUndefined, forward_allowance
 from tests.precision_variants import CORRECT
 
 SAME_HEADS = Capabilities(gqa=False)  # the variants take heads_kv == heads
-DTYPES = ("float64", "float32", "float16")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
 @st.composite
@@ -34,7 +35,7 @@ def cases(draw):
 def test_correct_code_uses_under_half_the_allowance(case):
     dtype, name, problem = case
     with np.errstate(over="ignore"):
-        q, k, v = (x.astype(dtype) for x in (problem.q, problem.k, problem.v))
+        q, k, v = (x.astype(numpy_dtype(dtype)) for x in (problem.q, problem.k, problem.v))
     if not all(np.isfinite(x).all() for x in (q, k, v)):
         reject()
     try:

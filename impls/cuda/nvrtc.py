@@ -74,11 +74,22 @@ def _nvrtc():
     return nvrtc
 
 
+def version() -> str:
+    """NVRTC's version, e.g. "12.9"."""
+    nvrtc = _nvrtc()
+    try:
+        major, minor = nvrtc.getVersion()
+    except Exception as exc:  # the library itself is missing or cannot be loaded
+        raise NvrtcUnavailable(f"NVRTC could not be loaded: {exc}") from None
+    return f"{major}.{minor}"
+
+
 def compile_kernel(kernel: KernelSource, arch: str) -> tuple[bytes, dict[str, str], str]:
     """The cubin, each entry's lowered (mangled) name, and NVRTC's log (ptxas -v included)."""
     nvrtc = _nvrtc()
+    source = kernel.text()  # a missing file is the kernel's error, not NVRTC's
     try:
-        program = nvrtc.createProgram(kernel.text(), kernel.path.name, [], [])
+        program = nvrtc.createProgram(source, kernel.path.name, [], [])
     except Exception as exc:
         raise NvrtcUnavailable(f"NVRTC could not be loaded: {exc}") from None
     for entry in kernel.entries:

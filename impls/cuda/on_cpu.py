@@ -132,7 +132,7 @@ def run_checked(kernel: KernelSource, launch: Launch, checker: str, *, first_blo
         manifest.write_text("\n".join(lines) + "\n")
         done = subprocess.run([str(driver), str(manifest)], capture_output=True, text=True, timeout=timeout_s,
                               env={**os.environ, **_SANITIZER_ENV})
-        report = _report(done.stderr, done.returncode)
+        report = _report(done.stderr, done.returncode, checker)
         if report:
             raise KernelDefect(checker, kernel.path.name, launch.entry, report)
         for i, path in paths.items():
@@ -140,14 +140,15 @@ def run_checked(kernel: KernelSource, launch: Launch, checker: str, *, first_blo
     return tuple(args)
 
 
-def _report(stderr: str, status: int) -> str | None:
-    """What the driver process reported: a sanitizer report from its first line, the barrier diagnostics, or
-    how it died; None for a clean run."""
+def _report(stderr: str, status: int, checker: str) -> str | None:
+    """What the driver process reported: a sanitizer report from its first line, the barrier diagnostics
+    (synccheck's finding; the other checkers report them only when the launch could not complete), or how it
+    died; None for a clean run."""
     found = _REPORT_START.search(stderr)
     if found:
         return _trimmed(stderr[found.start():])
     diagnostics = [line.removeprefix("cuda-cpu: ") for line in stderr.splitlines() if line.startswith("cuda-cpu: ")]
-    if diagnostics:
+    if diagnostics and (checker == "synccheck" or status != 0):
         return "\n".join(diagnostics)
     if status != 0:
         return _trimmed(stderr) or f"the driver exited with status {status}"

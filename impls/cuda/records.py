@@ -5,7 +5,7 @@ executor cannot run, the record says why (no CUDA device, no C++ compiler) inste
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from impls.registry import attention_impl
 
@@ -28,12 +28,14 @@ def cpu_unavailable() -> str | None:
     return compiler_unavailable()
 
 
-def cuda_records(name: str, run: Callable, **capabilities) -> tuple[Callable, Callable]:
+def cuda_records(name: str, run: Callable, *, known_defects: Mapping[str, object] | None = None,
+                 checked_defects: Mapping[str, object] | None = None, **capabilities) -> tuple[Callable, Callable]:
     """The device record and the CPU record of one kernel. `run(q, k, v, ..., executor=...)` is the
     protocol function with the executor as an extra keyword; both records declare native code (calls run
     in a worker process, so a crash is a verdict). The CPU record declares `cuda_checkers` and carries `run`
     as `fn.cuda_run`, through which the kernel-memory-safe, kernel-race-free and kernel-barrier-uniform
-    properties run the same call under impls/cuda/on_cpu.py's checkers."""
+    properties run the same call under impls/cuda/on_cpu.py's checkers. `known_defects` are declared on both
+    records, `checked_defects` (the kernel-* claims) on the CPU record only."""
 
     def record(executor: str, record_name: str, probe: Callable[[], str | None]) -> Callable:
         @functools.wraps(run)
@@ -45,7 +47,8 @@ def cuda_records(name: str, run: Callable, **capabilities) -> tuple[Callable, Ca
         on_executor.__name__ = on_executor.__qualname__ = f"{run.__name__}_on_{executor}"
         if executor == "cpu":
             on_executor.cuda_run = run
-        return attention_impl(name=record_name, backend="cupy", probe=probe, native=True,
+        defects = {**(known_defects or {}), **((checked_defects or {}) if executor == "cpu" else {})}
+        return attention_impl(name=record_name, backend="cupy", probe=probe, native=True, known_defects=defects,
                               cuda_checkers=executor == "cpu", **capabilities)(on_executor)
 
     return record("cupy", f"cuda-{name}", device_unavailable), record("cpu", f"cuda-{name}-on-cpu", cpu_unavailable)

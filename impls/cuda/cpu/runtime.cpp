@@ -48,7 +48,8 @@ struct Warp {
     unsigned live = 0;
     unsigned live_mask = 0;  // lanes that have not returned
     unsigned arrived_mask = 0;
-    std::uint64_t slots[kWarp] = {};
+    std::uint64_t slots[2][kWarp] = {};
+    unsigned char parity[kWarp] = {};  // which slot set each lane publishes into next
 };
 
 
@@ -265,37 +266,34 @@ void run_threads(Block& block) {
 void sync_block(Site site) { the_block->sync_block(site); }
 void sync_warp(unsigned mask, Site site) { the_block->sync_warp(mask, site); }
 
-std::uint64_t exchange(unsigned mask, std::uint64_t value, unsigned source, Site site) {
+// Lanes publish into one of two slot sets, alternating per exchange, with one warp barrier between publishing
+// and reading: a lane can publish into a set again only after the next exchange's barrier, which every lane
+// reaches only after reading this one, so a second barrier is not needed.
+std::uint64_t* publish(std::uint64_t value) {
     Warp& w = the_block->warps[current_thread->linear / kWarp];
-    {
-        auto held = the_block->lock();
-        w.slots[current_thread->linear % kWarp] = value;
-    }
+    unsigned lane = current_thread->linear % kWarp;
+    auto held = the_block->lock();
+    std::uint64_t* slots = w.slots[w.parity[lane]];
+    w.parity[lane] ^= 1u;
+    slots[lane] = value;
+    return slots;
+}
+
+std::uint64_t exchange(unsigned mask, std::uint64_t value, unsigned source, Site site) {
+    std::uint64_t* slots = publish(value);
     sync_warp(mask, site);
-    std::uint64_t out;
-    {
-        auto held = the_block->lock();
-        out = w.slots[source % kWarp];
-    }
-    sync_warp(mask, site);
-    return out;
+    auto held = the_block->lock();
+    return slots[source % kWarp];
 }
 
 unsigned ballot(unsigned mask, bool predicate, Site site) {
+    std::uint64_t* slots = publish(predicate ? 1 : 0);
+    sync_warp(mask, site);
+    auto held = the_block->lock();
+    const Warp& w = the_block->warps[current_thread->linear / kWarp];
     unsigned bits = 0;
-    std::uint64_t mine = predicate ? 1 : 0;
-    Warp& w = the_block->warps[current_thread->linear / kWarp];
-    {
-        auto held = the_block->lock();
-        w.slots[current_thread->linear % kWarp] = mine;
-    }
-    sync_warp(mask, site);
-    {
-        auto held = the_block->lock();
-        for (unsigned lane = 0; lane < kWarp; ++lane)
-            if ((mask & w.live_mask & (1u << lane)) && w.slots[lane]) bits |= 1u << lane;
-    }
-    sync_warp(mask, site);
+    for (unsigned lane = 0; lane < kWarp; ++lane)
+        if ((mask & w.live_mask & (1u << lane)) && slots[lane]) bits |= 1u << lane;
     return bits;
 }
 
