@@ -14,7 +14,7 @@ from specs.validation import AttentionInputError, AttentionShape, check_causal, 
 KERNEL = KernelSource(KERNEL_DIR / "flash_simt.cu", ("flash_forward<float>", "flash_forward<__half>"))
 STORAGE = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
 MAX_DIM = 256  # the kernel's register accumulators cover 8 columns per lane
-BLOCK_ROWS, BLOCK_COLS, THREADS = 16, 32, 128  # the kernel's WARPS * ROWS_PER_WARP, BLOCK_COLS, WARPS * 32
+MAX_WARPS, ROWS_PER_WARP, BLOCK_COLS = 4, 4, 32  # the kernel's constants
 MAX_GRID_YZ = 65535
 
 
@@ -59,11 +59,13 @@ def flash_simt(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | No
     offset = 0 if causal_alignment == "top_left" else shape.n_k - shape.n_q
     out = np.full(shape.out_shape, np.nan, dtype=q.dtype)  # NaN: an element the kernel does not write shows
     lse = np.full(shape.out_shape[:3], np.nan, dtype=np.float32)
+    warps = min(MAX_WARPS, -(-shape.n_q // ROWS_PER_WARP))  # no idle warps for a short query
+    rows = warps * ROWS_PER_WARP
     launch = Launch(
         entry=f"flash_forward<{STORAGE[q.dtype]}>",
-        grid=(-(-shape.n_q // BLOCK_ROWS), shape.heads, shape.batch),
-        block=(THREADS, 1, 1),
-        shared_bytes=4 * (BLOCK_ROWS * shape.d + BLOCK_COLS * (shape.d + 1) + BLOCK_COLS * shape.d_v),
+        grid=(-(-shape.n_q // rows), shape.heads, shape.batch),
+        block=(32 * warps, 1, 1),
+        shared_bytes=4 * (rows * shape.d + BLOCK_COLS * (shape.d + 1) + BLOCK_COLS * shape.d_v),
         args=(*(np.ascontiguousarray(x) for x in (q, k, v)), out, lse, mask_array,
               *(np.int32(n) for n in (shape.heads, shape.heads_kv, shape.n_q, shape.n_k, shape.d, shape.d_v)),
               np.float32(s), np.int32(bool(causal)), np.int32(offset), has_mask, *mask_strides),

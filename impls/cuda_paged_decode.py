@@ -19,7 +19,7 @@ from impls.numpy_tiled import check_block_size
 from specs.validation import AttentionInputError, check_causal, resolve_scale
 
 KERNEL = KernelSource(KERNEL_DIR / "paged_decode.cu", ("paged_decode<float>", "paged_decode<__half>"))
-THREADS = 128  # the kernel's WARPS * 32
+MAX_WARPS, CHUNK = 4, 32  # the kernel's constants
 MAX_GRID_X = 2**31 - 1
 
 
@@ -53,7 +53,7 @@ def paged_decode(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | 
     launch = Launch(
         entry=f"paged_decode<{STORAGE[q.dtype]}>",
         grid=(shape.n_q, shape.heads, shape.batch),
-        block=(THREADS, 1, 1),
+        block=(32 * min(MAX_WARPS, -(-shape.n_k // CHUNK)), 1, 1),  # a warp per chunk of keys, at most 4
         shared_bytes=0,
         args=(np.ascontiguousarray(q), k_pool, v_pool, table, seq_lens, out, lse, mask_array,
               *(np.int32(n) for n in (shape.heads, shape.heads_kv, shape.n_q, shape.d, shape.d_v, page_size,

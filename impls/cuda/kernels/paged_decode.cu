@@ -7,20 +7,21 @@
 // h / (heads / heads_kv). Causal alignment is bottom-right, as in decoding: query i of sequence b sees keys
 // j <= i + seq_lens[b] - n_q (decode: n_q = 1, the query sees the whole cache).
 //
-// Work division: one block of WARPS warps per (query i, head, batch) = (blockIdx.x, blockIdx.y, blockIdx.z).
-// Warp w takes the chunks of 32 logical keys w, w + WARPS, ...; within a chunk the warp walks the keys one by
-// one, the lanes splitting d (lane c holds q columns c, c + 32, ... in registers, K reads coalesced); the
-// partial dot products go through shared memory ([key][lane], padded) and lane j totals key j's. Each warp
-// runs its own online softmax (running max and sum by shuffles, weights broadcast through shared memory,
-// output columns lane, lane + 32, ... in registers, V reads coalesced); at the end the warps' partial results
-// merge through shared memory, rescaled by exp(m_w - m). Float32 arithmetic for any storage type. A hidden key
-// (past seq_lens[b], causal future, mask) has score -inf and its value is never read, so the padding slots of
-// the last page may hold anything. A row with no visible key writes 0 and lse -inf.
+// Work division: one block of warps = blockDim.x / 32 warps (1 to MAX_WARPS; the launcher gives a short cache
+// fewer) per (query i, head, batch) = (blockIdx.x, blockIdx.y, blockIdx.z). Warp w takes the chunks of 32
+// logical keys w, w + warps, ...; within a chunk the warp walks the keys one by one, the lanes splitting d
+// (lane c holds q columns c, c + 32, ... in registers, K reads coalesced); the partial dot products go through
+// shared memory ([key][lane], padded) and lane j totals key j's. Each warp runs its own online softmax
+// (running max and sum by shuffles, weights broadcast through shared memory, output columns lane, lane + 32,
+// ... in registers, V reads coalesced); at the end the warps' partial results merge through shared memory,
+// rescaled by exp(m_w - m). Float32 arithmetic for any storage type. A hidden key (past seq_lens[b], causal
+// future, mask) has score -inf and its value is never read, so the padding slots of the last page may hold
+// anything. A row with no visible key writes 0 and lse -inf.
 //
-// Static shared memory: 4 * WARPS * (MAX_DIM + 2 + CHUNK * (CHUNK + 1) + CHUNK) bytes (21,536); no dynamic.
+// Static shared memory: 4 * MAX_WARPS * (MAX_DIM + 2 + CHUNK * (CHUNK + 1) + CHUNK) bytes (21,536); no dynamic.
 #include <cuda_fp16.h>
 
-constexpr int WARPS = 4;
+constexpr int MAX_WARPS = 4;
 constexpr int CHUNK = 32;
 constexpr int MAX_DIM = 256;
 constexpr int COL_CHUNKS = MAX_DIM / 32;
@@ -46,19 +47,19 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(MAX_WARPS * 32)
 paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
              const int* __restrict__ block_table, const int* __restrict__ seq_lens, T* __restrict__ out,
              float* __restrict__ lse, const unsigned char* __restrict__ mask, int heads, int heads_kv, int n_q,
              int d, int d_v, int page_size, int max_pages, float scale, int causal, int has_mask, int mask_sb,
              int mask_sh, int mask_sq, int mask_sk) {
-    __shared__ float part_m[WARPS], part_l[WARPS];
-    __shared__ float part_acc[WARPS][MAX_DIM];
-    __shared__ float partials[WARPS][CHUNK * (CHUNK + 1)];  // per warp: [key][lane] partial dot products
-    __shared__ float weights[WARPS][CHUNK];
+    __shared__ float part_m[MAX_WARPS], part_l[MAX_WARPS];
+    __shared__ float part_acc[MAX_WARPS][MAX_DIM];
+    __shared__ float partials[MAX_WARPS][CHUNK * (CHUNK + 1)];  // per warp: [key][lane] partial dot products
+    __shared__ float weights[MAX_WARPS][CHUNK];
 
     const float neg_inf = __int_as_float(0xff800000);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (heads / heads_kv);
     const long long row = ((long long)b * heads + h) * n_q + i;  // this query's row in q, out, lse
@@ -78,7 +79,7 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
 
     float* partial = partials[warp];
     float* p_warp = weights[warp];
-    for (int k0 = warp * CHUNK; k0 < key_end; k0 += WARPS * CHUNK) {
+    for (int k0 = warp * CHUNK; k0 < key_end; k0 += warps * CHUNK) {
         // Lane c adds up q.k over columns c, c + 32, ... for each key of the chunk, then lane j totals key j.
         for (int j = 0; j < CHUNK; ++j) {
             const int key = k0 + j;
@@ -143,17 +144,22 @@ paged_decode(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __
     __syncthreads();
 
     float m_all = neg_inf;
-    for (int w = 0; w < WARPS; ++w) m_all = fmaxf(m_all, part_m[w]);
+#pragma unroll
+    for (int w = 0; w < MAX_WARPS; ++w)
+        if (w < warps) m_all = fmaxf(m_all, part_m[w]);
     const float shift = m_all == neg_inf ? 0.0f : m_all;
-    float weight[WARPS], l_all = 0.0f;
-    for (int w = 0; w < WARPS; ++w) {
-        weight[w] = expf(part_m[w] - shift);
-        l_all += part_l[w] * weight[w];
+    float weight[MAX_WARPS], l_all = 0.0f;  // unrolled with a guard: the weights stay in registers
+#pragma unroll
+    for (int w = 0; w < MAX_WARPS; ++w) {
+        weight[w] = w < warps ? expf(part_m[w] - shift) : 0.0f;
+        if (w < warps) l_all += part_l[w] * weight[w];
     }
     const bool empty = m_all == neg_inf && !isnan(l_all);  // no visible key (NaN scores leave m at -inf)
     for (int col = tid; col < d_v; col += blockDim.x) {
         float o = 0.0f;
-        for (int w = 0; w < WARPS; ++w) o += part_acc[w][col] * weight[w];
+#pragma unroll
+        for (int w = 0; w < MAX_WARPS; ++w)
+            if (w < warps) o += part_acc[w][col] * weight[w];
         out[row * d_v + col] = from_float<T>(empty ? 0.0f : o / l_all);
     }
     if (tid == 0) lse[row] = empty ? neg_inf : m_all + logf(l_all);

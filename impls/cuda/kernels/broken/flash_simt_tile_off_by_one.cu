@@ -4,27 +4,27 @@
 // Layout: q (batch, heads, n_q, d), k (batch, heads_kv, n_k, d), v (batch, heads_kv, n_k, d_v), out like q
 // with d_v, lse (batch, heads, n_q) float32; all contiguous. Query head h reads kv head h / (heads / heads_kv).
 //
-// Work division: one block of WARPS warps per (query tile of BLOCK_ROWS rows, head, batch) =
-// (blockIdx.x, blockIdx.y, blockIdx.z). Each warp owns ROWS_PER_WARP query rows. The block walks the keys
-// in tiles of BLOCK_COLS = 32, staged in shared memory as float (K padded to d + 1 columns, so lane j reading
-// key j's column c is free of bank conflicts). For S = Q K^T lane j computes the score of key j for each of
-// the warp's rows (the q rows are broadcast reads from shared); the row's max and sum are warp shuffles; for
-// P V lane j owns output columns j, j + 32, ... (up to 256), the weights read from shared memory (a static
-// [BLOCK_ROWS][BLOCK_COLS] array, each warp its own rows, ordered by __syncwarp).
-// Online softmax per row (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)), all
-// arithmetic in float32 whatever the storage type. A hidden key (causal future, mask, past n_k) has its score
-// replaced by -inf and its value never multiplied (a per-row ballot of visible keys), so NaN or Inf held by
-// hidden keys never reaches an output; NaN a row does see does. Key tiles in the causal future of every row of
-// the block are skipped. A row with no visible key writes 0 and lse -inf.
+// Work division: one block of warps = blockDim.x / 32 warps (1 to MAX_WARPS; the launcher gives a short query
+// fewer) per (query tile of block_rows = warps * ROWS_PER_WARP rows, head, batch) = (blockIdx.x, blockIdx.y,
+// blockIdx.z). Each warp owns ROWS_PER_WARP query rows. The block walks the keys in tiles of BLOCK_COLS = 32,
+// staged in shared memory as float (K padded to d + 1 columns, so lane j reading key j's column c is free of
+// bank conflicts). For S = Q K^T lane j computes the score of key j for each of the warp's rows (the q rows
+// are broadcast reads from shared); the row's max and sum are warp shuffles; for P V lane j owns output
+// columns j, j + 32, ... (up to 256), the weights read from shared memory (a static [MAX_WARPS *
+// ROWS_PER_WARP][BLOCK_COLS] array, each warp its own rows, ordered by __syncwarp). Online softmax per row
+// (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)), all arithmetic in float32
+// whatever the storage type. A hidden key (causal future, mask, past n_k) has its score replaced by -inf and
+// its value never multiplied (a per-row ballot of visible keys), so NaN or Inf held by hidden keys never
+// reaches an output; NaN a row does see does. Key tiles in the causal future of every row of the block are
+// skipped. A row with no visible key writes 0 and lse -inf.
 //
-// Dynamic shared memory: 4 * (BLOCK_ROWS * d + BLOCK_COLS * (d + 1) + BLOCK_COLS * d_v) bytes
-// (82,048 bytes at d = d_v = 256), plus 2 KB static. __launch_bounds__(128, 2): two blocks per SM fit the
+// Dynamic shared memory: 4 * (block_rows * d + BLOCK_COLS * (d + 1) + BLOCK_COLS * d_v) bytes
+// (82,048 bytes at d = d_v = 256 with 4 warps), plus 2 KB static. __launch_bounds__(128, 2): two blocks per SM fit the
 // shared memory at d = 256 on sm_80, and ptxas then keeps the accumulators in registers without spilling.
 #include <cuda_fp16.h>
 
-constexpr int WARPS = 4;
+constexpr int MAX_WARPS = 4;
 constexpr int ROWS_PER_WARP = 4;
-constexpr int BLOCK_ROWS = WARPS * ROWS_PER_WARP;
 constexpr int BLOCK_COLS = 32;
 constexpr int MAX_DIM = 256;
 constexpr int COL_CHUNKS = MAX_DIM / 32;
@@ -50,26 +50,27 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(WARPS * 32, 2)
+__global__ void __launch_bounds__(MAX_WARPS * 32, 2)
 flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
               float* __restrict__ lse, const unsigned char* __restrict__ mask, int heads, int heads_kv, int n_q,
               int n_k, int d, int d_v, float scale, int causal, int causal_offset, int has_mask, int mask_sb,
               int mask_sh, int mask_sq, int mask_sk) {
     extern __shared__ __align__(16) unsigned char smem[];
-    float* qs = reinterpret_cast<float*>(smem);  // [BLOCK_ROWS][d]
-    float* ks = qs + BLOCK_ROWS * d;              // [BLOCK_COLS][d + 1]
+    __shared__ float ps[MAX_WARPS * ROWS_PER_WARP * BLOCK_COLS];  // the weights of the tile, row by row
+    const int block_rows = (blockDim.x >> 5) * ROWS_PER_WARP;
+    float* qs = reinterpret_cast<float*>(smem);  // [block_rows][d]
+    float* ks = qs + block_rows * d;              // [BLOCK_COLS][d + 1]
     float* vs = ks + BLOCK_COLS * (d + 1);        // [BLOCK_COLS][d_v]
-    __shared__ float ps[BLOCK_ROWS * BLOCK_COLS];  // the weights of the tile, row by row
 
     const float neg_inf = __int_as_float(0xff800000);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row0 = blockIdx.x * BLOCK_ROWS, h = blockIdx.y, b = blockIdx.z;
+    const int row0 = blockIdx.x * block_rows, h = blockIdx.y, b = blockIdx.z;
     const int hk = h / (heads / heads_kv);
     const long long q_rows = ((long long)b * heads + h) * n_q;      // first row of (b, h) in q, out, lse
     const long long kv_rows = ((long long)b * heads_kv + hk) * n_k;  // first row of (b, hk) in k, v
     const long long mask_bh = (long long)b * mask_sb + (long long)h * mask_sh;
 
-    for (int e = tid; e < BLOCK_ROWS * d; e += blockDim.x) {
+    for (int e = tid; e < block_rows * d; e += blockDim.x) {
         const int r = e / d, c = e - r * d, i = row0 + r;
         qs[e] = i < n_q ? to_float(q[(q_rows + i) * d + c]) : 0.0f;
     }
@@ -88,7 +89,7 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
 
     // Keys at or past key_end lie in the causal future of every row of this block.
     int key_end = n_k;
-    if (causal) key_end = min(n_k, max(0, min(row0 + BLOCK_ROWS, n_q) + causal_offset));
+    if (causal) key_end = min(n_k, max(0, min(row0 + block_rows, n_q) + causal_offset));
 
     for (int k0 = 0; k0 < key_end; k0 += BLOCK_COLS) {
         __syncthreads();  // every warp is done reading the previous tile
