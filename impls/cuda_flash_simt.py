@@ -90,8 +90,12 @@ def flash_simt_bottom_right(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scal
                       causal_alignment="bottom_right", executor=executor)
 
 
-CAPABILITIES = dict(dtypes=("float32", "float16"), lse=True, fused=True)
+CAPABILITIES = dict(lse=True, fused=True)
 flash_simt_on_device, flash_simt_on_cpu = cuda_records(
-    "flash-simt", flash_simt_top_left, causal_alignment="top_left", **CAPABILITIES)
+    "flash-simt", flash_simt_top_left, causal_alignment="top_left", dtypes=("float32", "float16"), **CAPABILITIES)
+# The alignment is one integer offset whatever the storage type: the bottom-right records run float32 only (the
+# float16 entry is the top-left records' and tests/test_cuda_kernels_simt.py's), which keeps a CPU variant,
+# about 45 s of the main job, out of it.
 flash_simt_bottom_right_on_device, flash_simt_bottom_right_on_cpu = cuda_records(
-    "flash-simt-bottom-right", flash_simt_bottom_right, causal_alignment="bottom_right", **CAPABILITIES)
+    "flash-simt-bottom-right", flash_simt_bottom_right, causal_alignment="bottom_right", dtypes=("float32",),
+    **CAPABILITIES)

@@ -262,12 +262,52 @@ void run_fibers(Block& block) {
     }
 }
 
-void run_threads(Block& block) {
-    std::vector<std::thread> threads;
-    threads.reserve(block.threads);
-    for (unsigned t = 0; t < block.threads; ++t) threads.emplace_back(run_thread, t);
-    for (auto& thread : threads) thread.join();
-}
+// The OS threads of a launch, made once and reused block after block (a thread is costly to create under the
+// sanitizers): the main thread publishes each block and waits until every thread has run it.
+class ThreadPool {
+  public:
+    explicit ThreadPool(unsigned count) : count_(count) {
+        for (unsigned t = 0; t < count; ++t) threads_.emplace_back([this, t] { serve(t); });
+    }
+    ~ThreadPool() {
+        {
+            std::lock_guard<std::mutex> held(mutex_);
+            stopping_ = true;
+        }
+        changed_.notify_all();
+        for (auto& thread : threads_) thread.join();
+    }
+    void run_block() {
+        std::unique_lock<std::mutex> held(mutex_);
+        finished_ = 0;
+        ++generation_;
+        changed_.notify_all();
+        changed_.wait(held, [this] { return finished_ == count_; });
+    }
+
+  private:
+    void serve(unsigned linear) {
+        unsigned long seen = 0;
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> held(mutex_);
+                changed_.wait(held, [&] { return stopping_ || generation_ != seen; });
+                if (stopping_) return;
+                seen = generation_;
+            }
+            run_thread(linear);
+            std::lock_guard<std::mutex> held(mutex_);
+            if (++finished_ == count_) changed_.notify_all();
+        }
+    }
+    unsigned count_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    unsigned long generation_ = 0;
+    unsigned finished_ = 0;
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+};
 
 }  // namespace
 
@@ -357,6 +397,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
         for (std::uint64_t t = 0; t < threads; ++t) stacks.emplace_back(new char[256 * 1024]);
     the_invoke = invoke;
     the_params = params;
+    std::unique_ptr<ThreadPool> pool(fibers ? nullptr : new ThreadPool(unsigned(threads)));
     std::uint64_t total = std::uint64_t(grid[0]) * grid[1] * grid[2];
     std::uint64_t last = block_count ? std::min(total, first_block + block_count) : total;
     for (std::uint64_t index = first_block; index < last; ++index) {
@@ -388,7 +429,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
             b.stacks = &stacks;
             run_fibers(b);
         } else {
-            run_threads(b);
+            pool->run_block();
         }
         the_block = nullptr;
         if (b.aborted) return report(1);
