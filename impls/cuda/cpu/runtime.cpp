@@ -81,6 +81,9 @@ struct Block {
     std::mutex mutex;
     std::condition_variable changed;
     unsigned waiting = 0;
+    unsigned at_start = 0;
+    std::mutex gate_mutex;
+    std::condition_variable gate;
 
     void note(const std::string& message) {
         if (diagnostics->size() < kMaxDiagnostics &&
@@ -204,6 +207,17 @@ struct Block {
         notify_everyone();
     }
 
+    // OS threads: no thread runs kernel code before every thread of the block has started. Otherwise a thread
+    // could run the whole kernel, then take the runtime's locks on its way out, before another thread takes
+    // them on its way in: an ordering no GPU gives, which would hide a race from ThreadSanitizer.
+    // The gate has a lock of its own: a thread waking from it must not take a lock that another thread took
+    // after its kernel code (on its way out), which would order that code before this thread's.
+    void start_together() {
+        std::unique_lock<std::mutex> held(gate_mutex);
+        if (++at_start == threads) gate.notify_all();
+        gate.wait(held, [this] { return at_start == threads; });
+    }
+
     void notify_everyone() {
         if (fibers) return;
         changed.notify_all();
@@ -217,6 +231,7 @@ void** the_params = nullptr;
 
 void run_thread(unsigned linear) {
     current_thread = &the_block->states[linear];
+    if (!the_block->fibers) the_block->start_together();
     try {
         the_invoke(the_params);
         the_block->exit_thread();
