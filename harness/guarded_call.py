@@ -75,9 +75,22 @@ def as_float64(value: object) -> np.ndarray:
     return np.asarray(value if array is None else array, dtype=np.float64)
 
 
-def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict) -> object:
-    """fn(q, k, v, **kwargs) under the time limit."""
+def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> tuple[tuple, dict]:
+    """q, k, v and the mask as the implementation asked for them (Capabilities.tensors): NumPy as they are,
+    or torch tensors sharing their memory and strides (impls.torch_convert.as_tensor)."""
+    if tensors == "numpy":
+        return arrays, kwargs
+    from impls.torch_convert import as_tensor  # only implementations that ask for tensors need torch
+
+    mask = kwargs.get("mask")
+    converted = {**kwargs, "mask": as_tensor(mask)} if isinstance(mask, np.ndarray) else kwargs
+    return tuple(as_tensor(x) for x in arrays), converted
+
+
+def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str = "numpy") -> object:
+    """fn(q, k, v, **kwargs) under the time limit, the inputs handed over as `tensors` asks."""
     limit = CallSettings.timeout_s
+    arrays, kwargs = handed_over(arrays, kwargs, tensors)
     try:
         with _time_limit(limit):
             return fn(*arrays, **kwargs)

@@ -49,7 +49,7 @@ def _serve(conn: Connection, target: str) -> None:
     from specs.layouts import to_layout
 
     try:
-        fn = load_impl(target).fn
+        impl = load_impl(target)
     except Exception as exc:
         conn.send(("failed", (f"the worker could not load {target}: {type(exc).__name__}: {exc}", "raised"), None))
         return
@@ -61,7 +61,7 @@ def _serve(conn: Connection, target: str) -> None:
         CallSettings.timeout_s = limit
         laid_out = tuple(to_layout(x, layout) for x in arrays)
         try:
-            result = _portable(call_in_process(fn, laid_out, kwargs))
+            result = _portable(call_in_process(impl.fn, laid_out, kwargs, impl.capabilities.tensors))
             pickle.dumps(result)
         except CallFailed as failure:
             conn.send(("failed", (failure.summary, failure.kind), None))

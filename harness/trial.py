@@ -92,7 +92,7 @@ class Trial:
         try:
             if impl.target in CallSettings.isolated_targets:
                 return call_isolated(impl.target, arrays, self.layout, kwargs)
-            return call_in_process(impl.fn, arrays, kwargs)
+            return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors)
         except CallFailed as failure:
             self.fail(failure.summary, problem, call_line=call_line_for(extra))
         finally:

@@ -2,7 +2,8 @@
 
 An implementation is `fn(q, k, v, *, scale=None, causal=False, mask=None) -> out`.
 Keywords present in the signature are features it has; the optional attribute
-`fn.attention_capabilities` (a dict) refines the rest; `fn.known_defects`
+`fn.attention_capabilities` (a dict) refines the rest; `fn.attention_backward`, when present, is the
+implementation's own backward pass; `fn.known_defects`
 declares the claims it is known to break, each scoped to how it fails
 (impls.defects: dtypes, properties, a regex on the message). Built-in records
 use the `attention_impl` decorator, which only sets those same attributes, so
@@ -27,7 +28,8 @@ from impls.defects import DefectDeclarationError, DefectScope, parse_known_defec
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
 
-SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p")
+SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
+TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
 BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
 
 
@@ -43,6 +45,7 @@ class Capabilities:
     causal: bool = False
     mask: bool = False
     dropout: bool = False
+    dropout_seed: bool = False  # the mask is specs.dropout_mask's pure function of (seed, batch, head, row, column)
     dtypes: tuple[str, ...] = ("float64",)
     gqa: bool = True  # heads_kv < heads
     cross: bool = True  # n_q != n_k
@@ -55,6 +58,13 @@ class Capabilities:
     compiles_per_shape: bool = False  # every new shape compiles (jax.jit, torch.compile): draw from FIXED_SHAPES
     native: bool = False  # compiled code that may crash its process: calls run isolated (harness.isolation)
     cuda_checkers: bool = False  # a CUDA kernel run on the CPU: fn.cuda_run(..., executor=CHECKER) (impls.cuda)
+    tensors: str = "numpy"  # "torch": q, k, v (and mask) arrive as torch tensors, and the output is differentiable
+    backward: bool = False  # fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv) in NumPy
+
+    @property
+    def gradients(self) -> bool:
+        """Gradients reach it: through torch's autograd, or through its own declared backward."""
+        return self.tensors == "torch" or self.backward
 
     @property
     def paged(self) -> bool:
@@ -73,6 +83,7 @@ _FEATURE_NOTES = {
     "causal": "no `causal` keyword",
     "mask": "no `mask` keyword",
     "dropout": "no `dropout_p` keyword",
+    "dropout_seed": "no `dropout_seed` keyword (a mask that is a pure function of the seed and the position)",
     "gqa": "declared gqa=False: heads_kv must equal heads",
     "cross": "declared cross=False: n_q must equal n_k",
     "value_dim": "declared value_dim=False: d_v must equal d",
@@ -80,10 +91,12 @@ _FEATURE_NOTES = {
     "lse": "declared lse=False",
     "fused": "not declared fused=True",
     "paged": "no page_size keyword",
+    "gradients": "neither tensors='torch' (autograd) nor fn.attention_backward",
     "cuda_checkers": "not a CUDA kernel executed on the CPU (no fn.cuda_run for the memory, race and barrier checkers)",
 }
 FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
-_DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout"}
+_DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout",
+                                                                    "dropout_seed", "backward"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,6 +169,11 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
     if bad or not dtypes:
         found = f"unknown dtypes {bad}" if bad else "no dtypes"
         raise ImplLoadError(f"{target}: {found} declared; valid: {', '.join(SUPPORTED_DTYPES)}")
+    if declared.get("tensors", "numpy") not in TENSOR_KINDS:
+        raise ImplLoadError(f"{target}: tensors must be one of {TENSOR_KINDS}, got {declared['tensors']!r}")
+    backward = getattr(fn, "attention_backward", None)
+    if backward is not None and not callable(backward):
+        raise ImplLoadError(f"{target}: attention_backward is a {type(backward).__name__}, not a function")
     if declared.get("causal_alignment", "top_left") not in CAUSAL_ALIGNMENTS:
         raise ImplLoadError(f"{target}: causal_alignment must be one of {CAUSAL_ALIGNMENTS}")
     tiles = tuple(declared.pop("tile_keywords", ()))
@@ -163,7 +181,8 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
     if missing:
         raise ImplLoadError(f"{target}: tile_keywords {missing} are not in the signature")
     return Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
-                        dropout=present["dropout_p"], dtypes=dtypes, tile_keywords=tiles, **declared)
+                        dropout=present["dropout_p"], dropout_seed=present["dropout_seed"], dtypes=dtypes,
+                        tile_keywords=tiles, backward=backward is not None, **declared)
 
 
 def _import_target(target: str) -> Callable:

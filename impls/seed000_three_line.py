@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from impls.registry import attention_impl
-from impls.torch_convert import to_torch
 
 
-@attention_impl(name="seed000-three-line", backend="torch", dtypes=("float64",), gqa=False)
-def three_line_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> torch.Tensor:
-    Q, K, V = to_torch(q, k, v)
+@attention_impl(name="seed000-three-line", backend="torch", dtypes=("float64",), gqa=False, tensors="torch")
+def three_line_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     sqrt_dim = math.sqrt(K.shape[-1])
     scores = torch.matmul(Q, K.transpose(-2, -1)) / sqrt_dim
     weights = torch.softmax(scores, dim=-1)

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from impls.registry import attention_impl
 from impls.seed_code.seed001_multihead import SEED_SPLIT_MERGE
-from impls.torch_convert import to_torch
 
 
 @attention_impl(name="seed001-multihead", backend="torch", dtypes=("float64",), gqa=False,
-                value_dim=False)
-def seed_multi_head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> torch.Tensor:
+                value_dim=False, tensors="torch")
+def seed_multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     batch_size, num_head, _, head_dim = q.shape
     hdim = num_head * head_dim
     assert hdim % head_dim == 0
@@ -41,7 +39,7 @@ def seed_multi_head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> to
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(head_dim)
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
-    q, k, v = (multi_head_merge(x, batch_size) for x in to_torch(q, k, v))
+    q, k, v = (multi_head_merge(x, batch_size) for x in (q, k, v))
     q, k, v = map(multi_head_split, [q, k, v])
     output = MultiHeadAttention(q, k, v)
     output = multi_head_merge(output, batch_size)

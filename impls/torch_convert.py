@@ -1,4 +1,4 @@
-"""NumPy <-> torch at the protocol boundary, for the torch-backed records.
+"""NumPy <-> torch at the protocol boundary (Capabilities.tensors = "torch").
 
 NumPy has no bfloat16 of its own: ml_dtypes' bfloat16 and torch.bfloat16 share their 16 bits, so an array
 crosses as a uint16 view of those bits and is viewed as the other side's bfloat16.
@@ -12,12 +12,13 @@ import torch
 from specs.dtypes import is_extension, numpy_dtype
 
 
-def to_torch(*arrays: np.ndarray | None) -> list[torch.Tensor | None]:
-    """Tensors sharing the arrays' memory (copied first where not contiguous); bfloat16 as torch.bfloat16."""
-    return [None if a is None else _tensor(np.ascontiguousarray(a)) for a in arrays]
-
-
-def _tensor(a: np.ndarray) -> torch.Tensor:
+def as_tensor(a: np.ndarray | torch.Tensor | None) -> torch.Tensor | None:
+    """A tensor sharing the array's memory and strides (bfloat16 as torch.bfloat16); torch cannot hold negative
+    strides, so such an array is copied. Tensors and None pass through."""
+    if a is None or isinstance(a, torch.Tensor):
+        return a
+    if any(stride < 0 for stride in a.strides):
+        a = np.ascontiguousarray(a)
     if is_extension(a.dtype) and a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
     return torch.from_numpy(a)

@@ -11,13 +11,10 @@ scale argument, one head count for q, k and v, and returns embed_dim features.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from impls.registry import attention_impl
-from impls.torch_convert import to_torch
 from impls.torch_nan_findings import nan_findings
-from specs.reference import merge_heads, split_heads
 
 
 def _identity_module(heads: int, embed: int, dtype: torch.dtype) -> torch.nn.MultiheadAttention:
@@ -29,26 +26,30 @@ def _identity_module(heads: int, embed: int, dtype: torch.dtype) -> torch.nn.Mul
     return module.eval()
 
 
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(batch, heads, n, d) -> (batch, n, heads*d), the module's embedding."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b, n, h * d)
+
+
 @attention_impl(name="torch-multihead-attention", backend="torch", dtypes=("float64", "float32"),
-                gqa=False, value_dim=False, causal_alignment="top_left",
+                gqa=False, value_dim=False, causal_alignment="top_left", tensors="torch",
                 known_defects=nan_findings(("float64", "float32"), drops_visible_nan=True, projects=True))
 def multihead_attention_module(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     *,
     causal: bool = False,
-    mask: np.ndarray | None = None,
-) -> np.ndarray:
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
     hidden = None
     if causal:
-        hidden = np.triu(np.ones((n_q, n_k), dtype=bool), k=1)
+        hidden = torch.ones((n_q, n_k), dtype=torch.bool).triu(1)
     if mask is not None:
-        hidden = ~np.broadcast_to(mask, (batch, heads, n_q, n_k)).reshape(batch * heads, n_q, n_k)
-    Q, K, V, H = to_torch(merge_heads(q), merge_heads(k), merge_heads(v), hidden)
-    module = _identity_module(heads, heads * d, Q.dtype)
-    with torch.no_grad():
-        out, _ = module(Q, K, V, attn_mask=H, need_weights=False)
-    return split_heads(out.numpy(), heads)
+        hidden = ~mask.broadcast_to((batch, heads, n_q, n_k)).reshape(batch * heads, n_q, n_k)
+    module = _identity_module(heads, heads * d, q.dtype)
+    out, _ = module(_merge_heads(q), _merge_heads(k), _merge_heads(v), attn_mask=hidden, need_weights=False)
+    return out.reshape(batch, n_q, heads, d).transpose(1, 2)

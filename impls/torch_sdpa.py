@@ -4,33 +4,31 @@ torch 2.13's CPU build has two backends: MATH (the composite formula; every
 dtype, dropout, d_v != d) and FLASH_ATTENTION (a fused, tiled CPU kernel;
 d_v must equal d, no dropout). Each record pins its backend with
 torch.nn.attention.sdpa_kernel, so a fallback cannot hide which one ran.
-Both take torch.bfloat16 (ml_dtypes' bfloat16 arrays cross as such: impls.torch_convert) and
+Both take torch tensors (tensors="torch": autograd reaches them), torch.bfloat16 among them (ml_dtypes'
+bfloat16 arrays cross as such: impls.torch_convert), and
 pass every property in it; their known defects are the same in bfloat16 as in float32.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from impls.registry import attention_impl
-from impls.torch_convert import to_torch
 from impls.torch_nan_findings import nan_findings
 
 
 def _sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
-    Q, K, V, M = to_torch(q, k, v, mask)
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(
-            Q, K, V, attn_mask=M, dropout_p=dropout_p, is_causal=causal, scale=scale,
-            enable_gqa=Q.shape[1] != K.shape[1],
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale,
+            enable_gqa=q.shape[1] != k.shape[1],
         )
 
 
 def _probe(backend: SDPBackend) -> str | None:
-    x = np.zeros((1, 1, 2, 4))
+    x = torch.zeros((1, 1, 2, 4), dtype=torch.float64)
     try:
         _sdpa(backend, x, x, x, scale=None, causal=False, mask=None)
     except RuntimeError as exc:
@@ -39,16 +37,16 @@ def _probe(backend: SDPBackend) -> str | None:
 
 
 @attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"),
-                causal_alignment="top_left",
+                causal_alignment="top_left", tensors="torch",
                 known_defects=nan_findings(("float64", "float32", "float16", "bfloat16"), drops_visible_nan=False))
 def sdpa_math(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     *,
     scale: float | None = None,
     causal: bool = False,
-    mask: np.ndarray | None = None,
+    mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
     return _sdpa(SDPBackend.MATH, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
@@ -66,17 +64,17 @@ UNCHECKED_VALUE_LENGTH = {
 
 
 @attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32", "bfloat16"),
-                causal_alignment="top_left", value_dim=False, fused=True,
+                causal_alignment="top_left", value_dim=False, fused=True, tensors="torch",
                 known_defects={**UNCHECKED_VALUE_LENGTH,
                                **nan_findings(("float64", "float32", "bfloat16"), drops_visible_nan=True)},
                 probe=lambda: _probe(SDPBackend.FLASH_ATTENTION))
 def sdpa_flash_cpu(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     *,
     scale: float | None = None,
     causal: bool = False,
-    mask: np.ndarray | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     return _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=mask)

@@ -42,10 +42,10 @@ def torch_math(q, k, v):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from impls.torch_convert import to_numpy, to_torch
+    from impls.torch_convert import as_tensor, to_numpy
 
     with sdpa_kernel(SDPBackend.MATH):
-        return to_numpy(F.scaled_dot_product_attention(*to_torch(q, k, v)))
+        return to_numpy(F.scaled_dot_product_attention(*map(as_tensor, (q, k, v))))
 
 
 def float32_inside(q, k, v):

@@ -69,11 +69,12 @@ def test_float32_inside_bfloat16_storage_passes_the_formula():
 
 def test_torch_and_numpy_exchange_bfloat16_bit_for_bit():
     torch = pytest.importorskip("torch")
-    from impls.torch_convert import to_numpy, to_torch
+    from impls.torch_convert import as_tensor, to_numpy
 
     bfloat16 = dtypes.numpy_dtype("bfloat16")
     x = np.random.default_rng(0).standard_normal((2, 3, 5, 7)).astype(bfloat16)
-    (tensor,) = to_torch(x[..., ::2])  # strided: copied to contiguous first
+    tensor = as_tensor(x[..., ::2])  # strided: the tensor shares the array's memory and strides
+    assert tensor.stride()[-1] == 2
     assert tensor.dtype == torch.bfloat16
     assert np.array_equal(tensor.float().numpy(), x[..., ::2].astype(np.float32))
     back = as_numpy(tensor * 1)
