@@ -100,15 +100,17 @@ def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, 
         raise CallFailed(f"the implementation raised {type(exc).__name__}: {exc}", "raised") from exc
 
 
-def checked_array(raw: object, *, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """The output as NumPy, after checking its type, shape and dtype (CallFailed otherwise)."""
+def checked_array(raw: object, *, shape: tuple[int, ...], dtype: np.dtype, what: str = "out") -> np.ndarray:
+    """The output (or the array named `what`) as NumPy, after checking its type, shape and dtype
+    (CallFailed otherwise)."""
     out = as_numpy(raw)
     if out is None:
-        raise CallFailed(f"returned a {type(raw).__name__}, not a NumPy, torch or CuPy array", "output")
+        raise CallFailed(f"returned a {type(raw).__name__} as {what}, not a NumPy, torch or CuPy array", "output")
     if out.shape != shape:
-        raise CallFailed(f"returned shape {out.shape}, expected {shape} (batch, heads, n_q, d_v)", "output")
+        expected = "(batch, heads, n_q, d_v)" if what == "out" else f"the shape of {what[1:]}"
+        raise CallFailed(f"returned {what} of shape {out.shape}, expected {shape} {expected}", "output")
     if out.dtype != dtype:
-        raise CallFailed(f"returned dtype {out.dtype} for {dtype} inputs", "output")
+        raise CallFailed(f"returned {what} of dtype {out.dtype} for {dtype} inputs", "output")
     return out
 
 

@@ -39,6 +39,8 @@ flash_tiled_bottom_right = attention_impl(name="torch-flash-tiled-bottom-right",
                                           **FLASH_CAPABILITIES)(_tiled("bottom_right"))
 
 
+# float64 and float32 only: in float16 and bfloat16 the unfused operators round S and P to the storage type,
+# which a fused kernel (float32 inside) does not, so the two differ by more than either's own allowance would say
 @attention_impl(name="torch-unfused", backend="torch", dtypes=("float64", "float32"), tensors="torch")
 def unfused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
                       causal: bool = False, mask: torch.Tensor | None = None, dropout_p: float = 0.0,

@@ -2,6 +2,7 @@
 
 Seed 002 § 3.1.1 (可微性: 保持端到端的梯度传播). With P = softmax(S), O = P V:
   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dO * O)),
+(with dropout, W = P * keep / (1 - p) replaces P in O and dV, and dP is multiplied by keep / (1 - p)),
   dQ = scale dS K,  dK = scale dS^T Q,
 summed over the query heads of a group for dK, dV.
 """
@@ -13,23 +14,26 @@ import numpy as np
 from specs.reference import attention, repeat_kv
 
 
-def _sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
+def sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
     b, h, n, d = x.shape
     return x.reshape(b, heads_kv, h // heads_kv, n, d).sum(axis=2)
 
 
 def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """dQ, dK, dV of <d_out, attention(q, k, v)> in the inputs' precision."""
+    """dQ, dK, dV of <d_out, attention(q, k, v, **kwargs)> in the inputs' precision (dropout through
+    kwargs keep= and dropout_p=, as specs.reference.attention takes them)."""
     result = attention(q, k, v, **kwargs)
     heads_kv = k.shape[1]
     group = q.shape[1] // heads_kv
     k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
     p = result.weights
-    d_v = _sum_groups(p.swapaxes(-1, -2) @ d_out, heads_kv)
+    d_v = sum_groups(result.applied_weights.swapaxes(-1, -2) @ d_out, heads_kv)
     d_p = d_out @ v_all.swapaxes(-1, -2)
+    if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
+        d_p = d_p * np.where(kwargs["keep"], 1 / (1 - kwargs["dropout_p"]), 0.0)
     d_s = p * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
     d_q = result.scale * (d_s @ k_all)
-    d_k = _sum_groups(result.scale * (d_s.swapaxes(-1, -2) @ q), heads_kv)
+    d_k = sum_groups(result.scale * (d_s.swapaxes(-1, -2) @ q), heads_kv)
     return d_q, d_k, d_v
 
 

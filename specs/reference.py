@@ -44,6 +44,12 @@ class AttentionResult:
     scores: np.ndarray  # scaled scores, -inf where a key may not be attended
     allowed: np.ndarray | None  # boolean visibility, None when every key is visible
     scale: float
+    dropped: np.ndarray | None = None  # weights after dropout, P * keep / (1 - p); None without dropout
+
+    @property
+    def applied_weights(self) -> np.ndarray:
+        """The weights that multiply V: after dropout where there is one."""
+        return self.weights if self.dropped is None else self.dropped
 
 
 def repeat_kv(x: np.ndarray, group: int) -> np.ndarray:
@@ -80,8 +86,13 @@ def attention(
     causal_alignment: str = "top_left",
     mask: np.ndarray | None = None,
     finite: bool = True,
+    keep: np.ndarray | None = None,
+    dropout_p: float = 0.0,
 ) -> AttentionResult:
     """softmax(q k^T * scale) v in the inputs' precision, with weights and log-sum-exp.
+
+    keep (boolean, broadcastable to the weights) applies dropout at rate dropout_p: the output is
+    (P * keep / (1 - dropout_p)) v (seed 000 § Fused Attention: Softmax -> Dropout -> MatMul).
 
     finite=False accepts NaN and Inf: a hidden key's score is replaced (not added to), a value no query
     may see is never multiplied, and NaN a query does see reaches its output.
@@ -110,8 +121,11 @@ def attention(
     weights = unnormalised / np.where(has_key, total, dtype.type(1))
     with np.errstate(divide="ignore"):
         lse = np.where(has_key, shift + np.log(total), dtype.type(-np.inf))[..., 0]
-    out = np.matmul(weights, v_all).astype(dtype, copy=False)
-    return AttentionResult(out, weights, lse, scores, allowed, s)
+    dropped = None
+    if keep is not None:
+        dropped = np.where(keep, weights / dtype.type(1 - dropout_p), dtype.type(0))
+    out = np.matmul(weights if dropped is None else dropped, v_all).astype(dtype, copy=False)
+    return AttentionResult(out, weights, lse, scores, allowed, s, dropped)
 
 
 def attention_output(

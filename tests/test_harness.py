@@ -44,10 +44,10 @@ def test_attn_impls_environment_variable(tmp_path):
 
 BROKEN = {
     "raises": "the implementation raised ValueError: this implementation always fails",
-    "wrong_shape": "returned shape",
-    "wrong_dtype": "returned dtype float32 for float64 inputs",
+    "wrong_shape": "returned out of shape",
+    "wrong_dtype": "returned out of dtype float32 for float64 inputs",
     "returns_nan": "returned nan at out[0, 0, 0, 0] where the oracle is finite",
-    "returns_list": "returned a list, not a NumPy, torch or CuPy array",
+    "returns_list": "returned a list as out, not a NumPy, torch or CuPy array",
     "too_slow": "the call took longer than 0.2 s",
 }
 
