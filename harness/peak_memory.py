@@ -66,36 +66,25 @@ class Probe:
             raise ValueError("backward=True needs tensors='torch': the backward pass is torch's autograd")
 
 
-def peak_bytes(probes: Mapping[str, Probe], timeout: float = 300.0,
-               parallel: int | None = None) -> dict[str, tuple[int, ...]]:
-    """For each probe, the bytes one call added at its peak, per size.
-
-    The children run concurrently, at most `parallel` at a time (None: all at once); `timeout` bounds
-    each batch of children.
-    """
+def peak_bytes(probes: Mapping[str, Probe], timeout: float = 300.0) -> dict[str, tuple[int, ...]]:
+    """For each probe, the bytes one call added at its peak, per size; the children run concurrently."""
     if not os.access("/proc/self/clear_refs", os.W_OK):
         raise MeasurementUnavailable("the peak is reset through /proc/self/clear_refs, which this system lacks")
     env = {**os.environ, **CHILD_ENV, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT),
                                                                                os.environ.get("PYTHONPATH"))))}
-    names = list(probes)
-    step = parallel or max(len(names), 1)
+    children = {name: subprocess.Popen([sys.executable, "-m", "harness.peak_memory", json.dumps(asdict(probe))],
+                                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for name, probe in probes.items()}
     results = {}
-    for start in range(0, len(names), step):
-        batch = names[start:start + step]
-        children = {name: subprocess.Popen([sys.executable, "-m", "harness.peak_memory",
-                                            json.dumps(asdict(probes[name]))],
-                                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True)
-                    for name in batch}
-        try:
-            for name, child in children.items():
-                out, err = child.communicate(timeout=timeout)
-                if child.returncode != 0:
-                    raise RuntimeError(f"measuring {probes[name].target} failed:\n{err[-2000:]}")
-                results[name] = tuple(json.loads(out))
-        finally:
-            for child in children.values():
-                child.kill()  # a no-op for the children that finished
+    try:
+        for name, child in children.items():
+            out, err = child.communicate(timeout=timeout)
+            if child.returncode != 0:
+                raise RuntimeError(f"measuring {probes[name].target} failed:\n{err[-2000:]}")
+            results[name] = tuple(json.loads(out))
+    finally:
+        for child in children.values():
+            child.kill()  # a no-op for the children that finished
     return results
 
 
