@@ -41,11 +41,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="measure peak memory per (implementation, n) at session end (default yes)")
     group.addoption("--bench-profile", choices=("yes", "no"), default="yes",
                     help="profile our torch tiled forward at n=4096 d=64 at session end (default yes)")
+    group.addoption("--bench-threads", type=int, default=None, metavar="N",
+                    help="torch.set_num_threads(N) for the timings (default: torch's own, one per core); on a busy "
+                         "machine fewer threads than cores avoids waits at every parallel region's barrier")
     group.addoption("--bench-results", default=str(HERE / "results"), metavar="DIR",
                     help="where bench-<date>.json/.md/.png go (default benchmarks/results)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    threads = config.getoption("bench_threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     config.stash[SESSION] = bench.Session(config.getoption("bench_budget"),
                                           config.getoption("bench_quadratic_max_n"))
 
@@ -61,9 +69,9 @@ def bench_session(request: pytest.FixtureRequest) -> bench.Session:
     return request.config.stash[SESSION]
 
 
-def _profile(config: pytest.Config, notes: list[str]) -> dict | None:
+def _profile(config: pytest.Config, timings: list[dict], notes: list[str]) -> dict | None:
     n, d = bench.PROFILE_AT
-    if config.getoption("bench_profile") == "no":
+    if config.getoption("bench_profile") == "no" or not any(t["impl"] == "torch-tiled" for t in timings):
         return None
     try:
         return bench.profile_forward(at=(n, d))
@@ -79,8 +87,11 @@ def _memory(config: pytest.Config, session: bench.Session, notes: list[str]) -> 
         return []
     rows = []
     unavailable = {}
+    timed = {(t["impl"], t["mode"]) for t in session.timings}  # what this run selected (-k) and could import
     for (impl, mode, n), probe in bench.memory_probes(config.getoption("bench_n"),
                                                      session.quadratic_max_n).items():
+        if (impl, mode) not in timed and impl != summary.NAIVE:  # naive NumPy: the memory target's baseline
+            continue
         try:
             bench.load(bench.BY_NAME[impl])
         except bench.Unavailable as exc:
@@ -118,7 +129,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     skipped = config.getoption("bench_quadratic_max_n")
     if skipped < max(config.getoption("bench_n")):
         notes.append(f"implementations holding n x n scores were skipped above n={skipped} (--bench-quadratic-max-n)")
-    profile = _profile(config, notes)
+    profile = _profile(config, state.timings, notes)
     memory = _memory(config, state, notes)
     settings = {"batch": bench.BATCH, "heads": bench.HEADS, "dtype": bench.DTYPE,
                 "sizes_n": list(config.getoption("bench_n")), "sizes_d": list(config.getoption("bench_d")),
