@@ -182,7 +182,7 @@ class Session:
     def record(self, point: Point, stats, rounds: int, warmup: int) -> dict:
         row = {"impl": point.case.impl.name, "mode": point.case.mode, "n": point.n, "d": point.d,
                "median_s": stats.median, "min_s": stats.min, "mean_s": stats.mean, "rounds": rounds,
-               "warmup_rounds": warmup, "load_1min": os.getloadavg()[0]}  # the machine may be shared
+               "warmup_rounds": warmup, "load_1min": round(os.getloadavg()[0], 2)}  # the machine may be shared
         self.timings.append(row)
         self._last[(point.case.id, point.d)] = (point.n, stats.min)
         return row
@@ -248,4 +248,4 @@ def environment() -> dict:
         pass
     return {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "cpu": model,
-            "load_average_start": os.getloadavg()}
+            "load_average_start": [round(x, 2) for x in os.getloadavg()]}
