@@ -161,6 +161,7 @@ class Session:
         self.budget = budget
         self.quadratic_max_n = quadratic_max_n
         self.timings: list[dict] = []
+        self.load_at_start = [round(x, 2) for x in os.getloadavg()]  # 1, 5 and 15 minutes
         self._last: dict[tuple[str, int], tuple[int, float]] = {}  # (case id, d) -> (n, seconds) of the last point
 
     def estimate(self, point: Point) -> float | None:
@@ -247,5 +248,4 @@ def environment() -> dict:
     except OSError:
         pass
     return {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "cpu": model,
-            "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+            "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "cpu": model}

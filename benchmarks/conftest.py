@@ -116,6 +116,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None or not state.timings:
         return
     environment = bench.environment()
+    environment["load_average_start"] = state.load_at_start
     environment["load_average_end_of_timings"] = [round(x, 2) for x in os.getloadavg()]
     notes = [
         f"NumPy tiled runs with {bench.NUMPY_TILED_BLOCKS['block_rows']} x {bench.NUMPY_TILED_BLOCKS['block_cols']} "
