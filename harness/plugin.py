@@ -49,6 +49,7 @@ from specs.dtypes import missing as dtype_missing
 
 STATE = pytest.StashKey[RunState]()
 RUNNING_CHECK = pytest.StashKey[RunningCheck | None]()
+PROPERTIES_COLLECTED = pytest.StashKey[bool]()  # a property parametrized by implementation was collected
 
 
 def _split(value: str | None) -> list[str]:
@@ -114,15 +115,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Collector(state), "attention-verdicts")
 
 
+def not_run_lines(unavailable: list) -> list[str]:
+    """One line per selected implementation that cannot run on this machine, with why."""
+    return [f"not run here: {item.target} ({item.reason})" for item in unavailable]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "variant" in metafunc.fixturenames:
-        chosen = metafunc.config.stash[STATE].variants
+        state = metafunc.config.stash[STATE]
+        chosen = state.variants
+        if not chosen and state.unavailable:  # the selected implementations all lack something here: say what
+            reason = "no selected implementation can run here; " + "; ".join(not_run_lines(state.unavailable))
+            metafunc.parametrize("variant", [pytest.param(None, marks=pytest.mark.skip(reason=reason))],
+                                 ids=["not-run-here"])
+            return
         metafunc.parametrize("variant", chosen, ids=[v.name for v in chosen])
 
 
 def _takes_variant(item: pytest.Item) -> bool:
     params = getattr(item, "callspec", None)
     return params is not None and "variant" in params.params
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if _takes_variant(item):
+        item.config.stash[PROPERTIES_COLLECTED] = True
 
 
 def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | str] | None:
@@ -318,6 +335,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
+    asked = config.stash.get(PROPERTIES_COLLECTED, False)
+    if state is not None and state.report is None and state.unavailable and asked:
+        # properties were asked for but none ran (all deselected, or every selected implementation unavailable)
+        terminalreporter.section("claims x implementations")
+        for line in not_run_lines(state.unavailable):
+            terminalreporter.write_line(line)
+        return
     if state is None or state.report is None:
         return
     terminalreporter.section("claims x implementations")

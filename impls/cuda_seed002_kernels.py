@@ -105,8 +105,9 @@ SHARED_MEMORY_DEFECTS = {claim: {"why": WRONG_SHARED_READS, "dtypes": ("float32"
 # what the CPU checkers report (kernel-* claims run only on the CPU record)
 SHARED_MEMORY_CHECKED_DEFECTS = {
     "kernel-memory-safe": {"why": "s_mem[k_idx * blockDim.x * d_model + d] reads past the dynamic shared buffer "
-                                  "for every k_idx > 1", "dtypes": ("float32",),
-                           "match": "AddressSanitizer: heap-buffer-overflow"},
+                                  "for every k_idx > 1 (ThreadSanitizer sees the same read land in a freed block)",
+                           "dtypes": ("float32",),
+                           "match": "AddressSanitizer: heap-buffer-overflow|ThreadSanitizer: heap-use-after-free"},
     "kernel-race-free": {"why": "thread t writes its k row to s_mem[t * d_model + d_model + d], the slots where "
                                 "thread t+1 writes its q row, with no barrier between", "dtypes": ("float32",),
                          "match": "ThreadSanitizer: data race"},

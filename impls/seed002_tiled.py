@@ -15,7 +15,7 @@ import numpy as np
 
 from impls.registry import attention_impl
 from impls.seed_code.seed002_blockwise import HardwareAwareAttention, MemoryOptimizedAttention
-from impls.torch_convert import to_torch
+from impls.torch_convert import as_tensor
 
 PER_BLOCK_SOFTMAX = ("each key block gets its own softmax and the blocks' outputs are summed "
                      "without online-softmax rescaling, so once n_k exceeds the block size the "
@@ -23,7 +23,7 @@ PER_BLOCK_SOFTMAX = ("each key block gets its own softmax and the blocks' output
 
 
 def _flatten_heads(q, k, v):
-    return [x.reshape(-1, *x.shape[2:]) for x in to_torch(q, k, v)]
+    return [x.reshape(-1, *x.shape[2:]) for x in map(as_tensor, (q, k, v))]
 
 
 REORDERED = "which keys share a block, and so a softmax, depends on their order"
