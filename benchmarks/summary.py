@@ -176,13 +176,27 @@ def _name(row: dict) -> str:
 
 def timing_table(data: dict) -> list[list[str]]:
     header = ["n", "d", "implementation", "min ms", "median ms", "rounds", "GFLOP/s", "x SDPA flash",
-              "x matmul peak"]
+              "x matmul peak", "load"]
     lines = [header]
     for r in sorted(data["timings"], key=lambda r: (r["d"], r["n"])):
         lines.append([str(r["n"]), str(r["d"]), _name(r), _num(r["min_s"] * 1e3, ".2f"),
                       _num(r["median_s"] * 1e3, ".2f"), str(r["rounds"]),
-                      _num(r["gflops"], ".1f"), _num(r["vs_sdpa_flash"], ".2f"), _num(r["vs_matmul_peak"], ".2f")])
+                      _num(r["gflops"], ".1f"), _num(r["vs_sdpa_flash"], ".2f"), _num(r["vs_matmul_peak"], ".2f"),
+                      _num(r.get("load_1min"), ".1f")])
     return lines
+
+
+def loaded_note(data: dict) -> str | None:
+    """Which sizes were timed while the machine's 1-minute load exceeded its CPU count (others' work ran too)."""
+    cpus = data.get("environment", {}).get("cpus")
+    if not cpus:
+        return None
+    loaded = sorted({(r["d"], r["n"]) for r in data["timings"] if (r.get("load_1min") or 0) > cpus})
+    if not loaded:
+        return None
+    sizes = ", ".join(f"n={n} d={d}" for d, n in loaded)
+    return (f"Timed while the 1-minute load average exceeded the {cpus} CPUs (other work shared the machine): "
+            f"{sizes}. Read those rows with care: interference adds time, unevenly across implementations.")
 
 
 def memory_table(data: dict) -> list[list[str]]:
@@ -252,6 +266,8 @@ def terminal_text(data: dict) -> str:
     if data["exponents"]["time"]:
         parts += ["time against n (least squares on log-log)", _text_table(exponent_table(data))]
     parts += ["targets (reported, not asserted)\n" + "\n".join(target_lines(data))]
+    if loaded_note(data):
+        parts.append(loaded_note(data))
     return "\n\n".join(parts)
 
 
@@ -290,8 +306,9 @@ def markdown(data: dict, plot_name: str | None = None) -> str:
                                    for p in prof["top"])]), ""]
         if prof.get("reading"):
             out += [prof["reading"], ""]
-    if data["notes"]:
-        out += ["## Notes", "", *(f"- {note}" for note in data["notes"]), ""]
+    notes = [*filter(None, [loaded_note(data)]), *data["notes"]]
+    if notes:
+        out += ["## Notes", "", *(f"- {note}" for note in notes), ""]
     return "\n".join(out)
 
 

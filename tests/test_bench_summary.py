@@ -148,3 +148,13 @@ def test_summary_renders_again_from_its_json(tmp_path, capsys):
     assert "targets" in capsys.readouterr().out
     assert summary.main([]) == 2
     assert not math.isnan(data["targets"][0]["value"])
+
+
+def test_rows_timed_under_load_are_flagged():
+    timings, memory = synthetic()
+    timings[0]["load_1min"] = 3.5  # sdpa-flash forward at n=256 while others ran on a 2-CPU machine
+    data = summary.summarise(timings, memory, settings=SETTINGS, environment={"cpus": 2})
+    assert "n=256 d=64" in summary.loaded_note(data) and "n=1024" not in summary.loaded_note(data)
+    assert "n=256 d=64" in summary.markdown(data) and "| 3.5 |" in summary.markdown(data)
+    timings[0]["load_1min"] = 1.5
+    assert summary.loaded_note(summary.summarise(timings, memory, settings=SETTINGS, environment={"cpus": 2})) is None
