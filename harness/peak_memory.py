@@ -9,6 +9,12 @@ is not counted); then for each sequence length it builds q, k, v, resets the pea
 memory (/proc/self/clear_refs), calls the function and reads the peak: what the call added at its
 peak. glibc's mmap threshold is fixed so that large blocks go back to the system when freed, and
 one thread runs, so no per-thread arenas. Linux only.
+
+A probe names the inputs the function takes: NumPy arrays (the default) or torch tensors
+(`tensors="torch"`, sharing the arrays' memory), in a dtype, with batch and heads; `backward=True`
+(torch tensors only) also runs the backward pass of the output against a fixed gradient, so the peak
+is that of forward and backward together. The inputs, and that gradient, exist before the peak is
+reset: only what the call itself allocates counts.
 """
 
 from __future__ import annotations
@@ -39,12 +45,25 @@ class MeasurementUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Probe:
-    """A CONTRACT 1 function (module:function), its keywords, the head dim and the sequence lengths."""
+    """A CONTRACT 1 function (module:function), its keywords, the head dim and the sequence lengths,
+    and the inputs it takes: their dtype, batch and heads, NumPy arrays or torch tensors, and whether
+    the backward pass runs too."""
 
     target: str
     sizes: tuple[int, ...]
     d: int = 16
     kwargs: dict = field(default_factory=dict)
+    batch: int = 1
+    heads: int = 1
+    dtype: str = "float64"
+    tensors: str = "numpy"  # or "torch"
+    backward: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tensors not in ("numpy", "torch"):
+            raise ValueError(f"tensors must be 'numpy' or 'torch', got {self.tensors!r}")
+        if self.backward and self.tensors != "torch":
+            raise ValueError("backward=True needs tensors='torch': the backward pass is torch's autograd")
 
 
 def peak_bytes(probes: Mapping[str, Probe], timeout: float = 300.0) -> dict[str, tuple[int, ...]]:
@@ -81,23 +100,42 @@ def _status_bytes(key: str) -> int:
     return int(line.split()[1]) * 1024  # the file counts kB
 
 
-def _measure(probe: Probe) -> list[int]:
+def _inputs(probe: Probe, n: int) -> tuple[list, object]:
+    """q, k, v as the function takes them, and the output gradient of a backward probe (else None)."""
     from specs.problems import build  # the child's imports, kept out of the parent's
 
+    problem = build(batch=probe.batch, heads=probe.heads, heads_kv=probe.heads, n_q=n, n_k=n, d=probe.d, d_v=probe.d)
+    arrays = [x.astype(probe.dtype) for x in (problem.q, problem.k, problem.v)]
+    if probe.tensors == "numpy":
+        return arrays, None
+    import torch
+
+    tensors = [torch.from_numpy(x).requires_grad_(probe.backward) for x in arrays]
+    grad = torch.from_numpy(arrays[0].copy()) if probe.backward else None  # the output's shape (d_v == d)
+    return tensors, grad
+
+
+def _call(fn, probe: Probe, inputs: list, grad) -> object:
+    out = fn(*inputs, **probe.kwargs)
+    if probe.backward:
+        out.backward(grad)
+    return out
+
+
+def _measure(probe: Probe) -> list[int]:
     module, name = probe.target.split(":")
     fn = getattr(importlib.import_module(module), name)
-    warm = build(n_q=WARM_UP_N, n_k=WARM_UP_N, d=probe.d, d_v=probe.d)
-    fn(warm.q, warm.k, warm.v, **probe.kwargs)
+    _call(fn, probe, *_inputs(probe, WARM_UP_N))
     extra = []
     for n in probe.sizes:
-        problem = build(n_q=n, n_k=n, d=probe.d, d_v=probe.d)
+        inputs, grad = _inputs(probe, n)
         gc.collect()
         with open("/proc/self/clear_refs", "w") as clear_refs:
             clear_refs.write("5")  # VmHWM := VmRSS
         before = _status_bytes("VmRSS")
-        out = fn(problem.q, problem.k, problem.v, **probe.kwargs)
+        out = _call(fn, probe, inputs, grad)
         extra.append(_status_bytes("VmHWM") - before)
-        del out, problem
+        del out, inputs, grad
     return extra
 
 
