@@ -15,6 +15,7 @@ import torch
 from impls.registry import attention_impl
 from impls.torch_flash import flash_attention_tiled
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
+from specs.validation import AttentionInputError
 
 FLASH_CAPABILITIES = dict(backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"), tensors="torch",
                           tile_keywords=("block_rows", "block_cols"), lse=True, fused=True)
@@ -50,6 +51,8 @@ def unfused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scal
     p, seed = check_dropout(dropout_p, dropout_seed)
     batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
+    if v.shape[2] != n_k:
+        raise AttentionInputError(f"k has n_k={n_k} keys but v has {v.shape[2]} values")
     group = heads // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.matmul(q, k.transpose(-1, -2))  # MatMul

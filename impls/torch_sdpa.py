@@ -77,4 +77,7 @@ def sdpa_flash_cpu(
     causal: bool = False,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    # the flash kernel takes only inputs whose last dim is contiguous (torch's sdp_utils: "No available kernel"
+    # otherwise, where unpinned dispatch would fall back to MATH): the adapter copies, as dispatch cannot here
+    q, k, v = (x.contiguous() for x in (q, k, v))
     return _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=mask)

@@ -24,7 +24,9 @@ from harness.repro import repro_snippet
 from harness.trial import Trial
 from impls.registry import Variant, load_impl
 from interpretations import test_geometric as geometric
+from properties import test_dropout as dropout
 from properties import test_formula as formula
+from properties import test_gradients as gradients
 from properties import test_heads as heads
 from properties import test_masking as masking
 from properties import test_poisoning as poisoning
@@ -41,6 +43,7 @@ from zoo.declared import positional_bias
 TILED = "impls.numpy_tiled:tiled_attention"  # every keyword the properties need, lse included
 SPLIT_KV = "impls.numpy_split_kv:split_kv_attention"  # float16: scores leave exp's range, so q gets scaled
 SQUARE = "tests.test_derivations:square_values_attention"
+FLASH = "impls.torch_flash_records:flash_tiled"  # takes dropout_p
 RECORDED = "tests.test_derivations:recorded_positional_bias"
 # (property, implementation, dtype): between them they reach every `.derive(` call site
 PROPERTIES = [
@@ -70,6 +73,8 @@ PROPERTIES = [
     (geometric.test_self_attention_scores_are_symmetric, TILED, "float64"),
     (geometric.test_unit_vectors_weighted_by_nearness, TILED, "float64"),
     (geometric.test_dot_product_ranks_like_distance, TILED, "float64"),
+    (gradients.test_fully_masked_rows_have_zero_gradients, TILED, "float64"),
+    (dropout.test_dropout_output_is_unbiased, FLASH, "float64"),
 ]
 CALLS: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # inputs of recorded_positional_bias, in call order
 
