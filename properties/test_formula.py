@@ -35,15 +35,6 @@ def test_output_matches_oracle(variant, data):
     check_against_oracle(variant, data.draw(problems_for(variant), label="problem"))
 
 
-@checks("fused-equals-unfused")
-@pytest.mark.requires("fused")
-@given(data=st.data())
-def test_fused_kernel_matches_unfused_sequence(variant, data):
-    """The tolerance rule measures against the unfused sequence run in the same precision."""
-    masked = data.draw(st.booleans(), label="masked") and variant.capabilities.mask
-    check_against_oracle(variant, data.draw(problems_for(variant, masked=masked), label="problem"))
-
-
 @checks("cross-and-self-same-computation")
 @pytest.mark.requires("cross")
 @given(data=st.data())
