@@ -23,9 +23,8 @@ import math
 import torch
 
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
-from specs.validation import AttentionInputError
+from specs.validation import CAUSAL_ALIGNMENTS, AttentionInputError
 
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 LOG2_E = 1.0 / math.log(2.0)
 LN_2 = math.log(2.0)
 
@@ -277,10 +276,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                                   f"'bshd': [batch, seq_len, heads, dim]), got {layout!r}")
     if layout == "bshd":
         q, k, v = (x.transpose(1, 2) if isinstance(x, torch.Tensor) else x for x in (q, k, v))
-    result = flash_attention_tiled(q, k, v, scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
-                                   dropout_p=dropout_p, dropout_seed=dropout_seed, block_rows=block_rows,
-                                   block_cols=block_cols, return_lse=True)
-    out, lse = result
+    out, lse = flash_attention_tiled(q, k, v, scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
+                                     dropout_p=dropout_p, dropout_seed=dropout_seed, block_rows=block_rows,
+                                     block_cols=block_cols, return_lse=True)
     if layout == "bshd":
         out = out.transpose(1, 2)
     return (out, lse) if return_lse else out
