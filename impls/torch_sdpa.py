@@ -19,7 +19,8 @@ from impls.registry import attention_impl
 from impls.torch_nan_findings import nan_findings
 
 
-def _sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
+def pinned_sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
+    """One SDPA call pinned to `backend` (no fallback), wherever q, k, v live (the CUDA records use it too)."""
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale,
@@ -30,7 +31,7 @@ def _sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -
 def _probe(backend: SDPBackend) -> str | None:
     x = torch.zeros((1, 1, 2, 4), dtype=torch.float64)
     try:
-        _sdpa(backend, x, x, x, scale=None, causal=False, mask=None)
+        pinned_sdpa(backend, x, x, x, scale=None, causal=False, mask=None)
     except RuntimeError as exc:
         return f"torch {torch.__version__} has no {backend.name} kernel here: {str(exc).splitlines()[0]}"
     return None
@@ -49,7 +50,7 @@ def sdpa_math(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
-    return _sdpa(SDPBackend.MATH, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
+    return pinned_sdpa(SDPBackend.MATH, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
 
 
 UNCHECKED_VALUE_LENGTH = {
@@ -80,4 +81,4 @@ def sdpa_flash_cpu(
     # the flash kernel takes only inputs whose last dim is contiguous (torch's sdp_utils: "No available kernel"
     # otherwise, where unpinned dispatch would fall back to MATH): the adapter copies, as dispatch cannot here
     q, k, v = (x.contiguous() for x in (q, k, v))
-    return _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=mask)
+    return pinned_sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=mask)

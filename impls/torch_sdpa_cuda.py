@@ -29,9 +29,10 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 from impls.registry import attention_impl
+from impls.torch_sdpa import pinned_sdpa
 
 DEVICE = "cuda"
 HEAD_DIM_MULTIPLE = 8  # the strictest alignment among the three backends (cuDNN, efficient in half types)
@@ -47,20 +48,12 @@ def _top_left(n_q: int, n_k: int) -> torch.Tensor:
     return torch.ones((n_q, n_k), dtype=torch.bool, device=DEVICE).tril()
 
 
-def _run(backend: SDPBackend, q, k, v, *, scale: float, causal: bool, mask, dropout_p: float) -> torch.Tensor:
-    """One pinned SDPA call on device tensors whose head dims are already padded."""
-    with sdpa_kernel(backend):
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale,
-            enable_gqa=q.shape[1] != k.shape[1],
-        )
-
-
 def _flash(q, k, v, *, scale: float, causal: bool, dropout_p: float) -> torch.Tensor:
     n_q, n_k = q.shape[2], k.shape[2]
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-        return _run(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=None, dropout_p=dropout_p)
+        return pinned_sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale=scale, causal=causal, mask=None,
+                           dropout_p=dropout_p)
 
     if not causal or n_q == n_k:
         return run(q, k, v, causal)
@@ -87,7 +80,7 @@ def sdpa_on_cuda(backend: SDPBackend, q: torch.Tensor, k: torch.Tensor, v: torch
         k, v = (F.pad(x, (0, 0, 0, 1)) for x in (k, v))
         seen = mask if mask is not None else torch.ones((batch, heads, n_q, 1), dtype=torch.bool, device=DEVICE)
         mask, causal = F.pad(seen, (0, 1), value=False), False  # causal top-left: every row sees key 0
-    out = _run(backend, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
+    out = pinned_sdpa(backend, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
     return out[..., :d_v]
 
 

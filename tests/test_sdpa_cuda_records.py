@@ -114,7 +114,7 @@ def test_the_adaptations_compute_attention_within_the_backends_limits(monkeypatc
         d_v = d + 3
     calls = []
     monkeypatch.setattr(sdpa_cuda, "DEVICE", "cpu")
-    monkeypatch.setattr(sdpa_cuda, "_run", _checked_math(calls))
+    monkeypatch.setattr(sdpa_cuda, "pinned_sdpa", _checked_math(calls))
     rng = np.random.default_rng(sum(shape))
     q, k, v = (rng.standard_normal(s) for s in ((2, heads, n_q, d), (2, heads_kv, n_k, d), (2, heads_kv, n_k, d_v)))
     mask = rng.random((2, 1, n_q, n_k)) < 0.7 if masked else None
