@@ -51,6 +51,7 @@ class RunningCheck:
     count: ExampleCount = field(default_factory=ExampleCount)
     call_seconds: float = 0.0
     headroom: float | None = None  # largest error / allowed of a passing comparison
+    exhibits: list[dict] = field(default_factory=list)  # harness.exhibits: evidence shown in the report
 
     def passed_within(self, ratio: float) -> None:
         self.headroom = max(self.headroom or 0.0, ratio)

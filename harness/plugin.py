@@ -289,6 +289,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     running = item.stash.get(RUNNING_CHECK, None)
     if report.when == "call" and running is not None:
         contribution.call_seconds, contribution.headroom = running.call_seconds, running.headroom
+        contribution.exhibits = running.exhibits
     concluded = report.when == "call" or (report.when == "setup" and not report.passed) or report.failed
     status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
     if report.failed and report.when != "call":

@@ -71,6 +71,8 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None,
         "time_s": {name: {"tests": round(state.seconds.get(name, 0.0), 2),
                           "calls": round(state.call_seconds.get(name, 0.0), 2)} for name in subjects},
         "summary": summary,
+        # evidence the properties showed (harness.exhibits), drawn by harness.figures
+        "exhibits": state.exhibits,
         # ptxas resources of the catalogued CUDA kernels (harness.kernel_resources); null: no CUDA in this run
         "kernels": kernels,
         "profile": profile,

@@ -52,6 +52,7 @@ class Contribution:
     triggered: list[int] = field(default_factory=list)  # indices of the subject's declarations that matched
     call_seconds: float = 0.0  # inside the implementation's calls
     headroom: float | None = None  # largest error / allowed of a passing comparison
+    exhibits: list[dict] = field(default_factory=list)  # harness.exhibits recorded by the test
 
     def add(self, slug: str, outcome: Outcome) -> None:
         self.outcomes.append((slug, dataclasses.asdict(outcome)))
@@ -79,6 +80,7 @@ class RunState:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # subject -> test time
     call_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # subject -> in its calls
     headroom: dict[str, float] = field(default_factory=dict)  # subject -> largest error / allowed
+    exhibits: list[dict] = field(default_factory=list)  # harness.exhibits, each with its claims and subject
     started: float = field(default_factory=time.monotonic)
     report: dict | None = None
 
@@ -96,6 +98,8 @@ class RunState:
         for slug, data in contribution.outcomes:
             self.outcomes[(slug, subject)].append(Outcome(**data))
         self.triggered |= {(subject, index) for index in contribution.triggered}
+        self.exhibits += [{**item, "claims": [slug for slug, _ in contribution.outcomes], "impl": subject}
+                          for item in contribution.exhibits]
 
 
 def blame(slugs: tuple[str, ...], subject: Variant | str, prop: str,
