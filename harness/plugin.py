@@ -331,7 +331,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                                 profile=settings.get_current_profile_name(), kernels=kernels)
     directory = session.config.getoption("report")
     if directory:
-        write_report(state.report, directory)
+        write_report(state.report, directory, state.variants)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

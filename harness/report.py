@@ -12,17 +12,19 @@ failure was declared (`expected`) and why. `schema` is the version of this layou
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 from pathlib import Path
 
-from harness.kernel_resources import html_section, markdown_lines
+from harness.figures import draw_figures
+from harness.kernel_resources import markdown_lines
 from harness.markers import ORACLE
+from harness.report_html import render_html
+from harness.report_text import exhibit_tables, reading_claims, tally, verdict_symbol
 from harness.verdicts import STATUSES, RunState, aggregate
 from impls.registry import Variant
+from specs.readings import READINGS
 
 SCHEMA = 1
-SYMBOLS = {"pass": "+", "fail": "F", "expected": "x", "error": "E", "skip": "s", None: "."}
 
 
 def capabilities(variants: list[Variant]) -> dict[str, dict]:
@@ -80,14 +82,6 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None,
     }
 
 
-def _symbol(verdict: dict | None) -> str:
-    if verdict is None:
-        return SYMBOLS[None]
-    if verdict["status"] == "fail" and verdict["expected"]:
-        return SYMBOLS["expected"]
-    return SYMBOLS[verdict["status"]]
-
-
 def _grid(report: dict) -> tuple[list[str], dict[tuple[str, str], dict]]:
     cells = {(v["claim"], v["impl"]): v for v in report["verdicts"]}
     claims = [c["slug"] for c in report["claims"] if any((c["slug"], s) in cells for s in report["impls"])]
@@ -110,7 +104,7 @@ def matrix_lines(report: dict) -> list[str]:
     lines.append("")
     lines.append(" " * width + "  " + "".join(f"{i + 1:>3}" for i in range(len(subjects))))
     for slug in claims:
-        lines.append(f"{slug:<{width}}  " + "".join(f"{_symbol(cells.get((slug, s))):>3}" for s in subjects))
+        lines.append(f"{slug:<{width}}  " + "".join(f"{verdict_symbol(cells.get((slug, s))):>3}" for s in subjects))
     lines.append("")
     lines.append("+ pass   F fail   x fail, declared (known defect or false seed sentence)   "
                  "E error   s skip   . not applicable")
@@ -121,6 +115,35 @@ def matrix_lines(report: dict) -> list[str]:
     for item in report["unavailable"]:
         lines.append(f"not run here: {item['target']} ({item['reason']})")
     return lines
+
+
+def _markdown_figure(figure: dict) -> list[str]:
+    return [f"![{figure['caption'][:80]}]({figure['file']})", "", f"*{figure['caption']}*", ""]
+
+
+def _markdown_readings(report: dict) -> list[str]:
+    """Each reading: its claims' tallies over the implementations, its evidence tables and its pictures."""
+    figures = (report.get("figures") or {}).get("drawn", [])
+    out = ["## Readings", ""]
+    for reading in READINGS:
+        slugs = reading_claims(report, reading)
+        out += [f"### {reading.title}", "", reading.summary, ""]
+        if not slugs:
+            out += ["None of this reading's claims ran in this report.", ""]
+        for slug in slugs:
+            counts, failing = tally(report, slug)
+            out.append(f"- `{slug}`: {counts}" + (f" (failing on {', '.join(failing)})" if failing else ""))
+        out.append("")
+        for caption, columns, rows in exhibit_tables(report, slugs):
+            out += [f"{caption}", "", "| " + " | ".join(map(str, columns)) + " |", "|---" * len(columns) + "|"]
+            out += ["| " + " | ".join(map(str, row)) + " |" for row in rows] + [""]
+        for figure in figures:
+            if figure["impl"] is None and set(figure["claims"]) & set(slugs):
+                out += _markdown_figure(figure)
+    for figure in figures:
+        if figure["file"].endswith("worked-examples.png"):
+            out += ["## Worked examples", "", *_markdown_figure(figure)]
+    return out
 
 
 def _markdown(report: dict) -> str:
@@ -136,8 +159,9 @@ def _markdown(report: dict) -> str:
     out.append("| claim | " + " | ".join(str(i + 1) for i in range(len(subjects))) + " |")
     out.append("|---|" + "---|" * len(subjects))
     for slug in claims:
-        out.append(f"| `{slug}` | " + " | ".join(_symbol(cells.get((slug, x))) for x in subjects) + " |")
+        out.append(f"| `{slug}` | " + " | ".join(verdict_symbol(cells.get((slug, x))) for x in subjects) + " |")
     out += ["", "`+` pass, `F` fail, `x` declared fail, `E` error, `s` skip, `.` not applicable", ""]
+    out += _markdown_readings(report)
     failures = [v for v in report["verdicts"] if v["status"] in ("fail", "error")]
     out += ["## Bug reports", ""]
     for v in failures:
@@ -168,54 +192,12 @@ def _markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _html(report: dict) -> str:
-    claims, cells = _grid(report)
-    by_slug = {c["slug"]: c for c in report["claims"]}
-    subjects = report["impls"]
-    colour = {"+": "#d4f7d4", "F": "#ff9c9c", "x": "#ffe2a8", "E": "#ff9c9c", "s": "#eeeeee", ".": "#ffffff"}
-    esc = html.escape
-    rows = []
-    for slug in claims:
-        tds = []
-        for subject in subjects:
-            verdict = cells.get((slug, subject))
-            symbol = _symbol(verdict)
-            title = esc(verdict["detail"][:300]) if verdict else ""
-            tds.append(f'<td style="background:{colour[symbol]}" title="{title}">{symbol}</td>')
-        statement = esc(by_slug[slug]["statement"])
-        rows.append(f'<tr><th title="{statement}"><code>{esc(slug)}</code></th>{"".join(tds)}</tr>')
-    header = "".join(f'<th title="{esc(s)}">{i + 1}</th>' for i, s in enumerate(subjects))
-    legend = "".join(f"<li>{i + 1}: <code>{esc(s)}</code></li>" for i, s in enumerate(subjects))
-    bugs = []
-    for v in report["verdicts"]:
-        if v["status"] not in ("fail", "error"):
-            continue
-        claim = by_slug.get(v["claim"], {})
-        repro = (v.get("counterexample") or {}).get("repro") or ""
-        label = "declared" if v.get("expected") else "UNEXPECTED"
-        bugs.append(
-            f"<details><summary><code>{esc(v['claim'])}</code> on <code>{esc(v['impl'])}</code> "
-            f"({v['status']}, {label})</summary><p>{esc(claim.get('statement', ''))}</p>"
-            f"<p>seed: {esc(claim.get('source', ''))} — {esc(claim.get('original', ''))}</p>"
-            f"<p>{esc(v.get('why', ''))}</p><pre>{esc(v['detail'])}</pre><pre>{esc(repro)}</pre></details>")
-    s = report["summary"]
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Attention claims</title>"
-        "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px;"
-        "text-align:center}th{text-align:left}pre{background:#f6f6f6;padding:6px;overflow:auto}</style>"
-        f"</head><body><h1>Attention claims x implementations</h1><p>{len(claims)} claims, "
-        f"{len(subjects)} subjects, {report['duration_s']} s: {s['pass']} pass, {s['expected_fail']} "
-        f"declared fail, {s['unexpected_fail']} unexpected fail, {s['error']} error, {s['skip']} skip.</p>"
-        f"<ol style='columns:2'>{legend}</ol><table><tr><th>claim</th>{header}</tr>{''.join(rows)}</table>"
-        "<p>+ pass, F fail, x declared fail, E error, s skip, . not applicable</p>"
-        f"<h2>Bug reports</h2>{''.join(bugs)}{html_section(report['kernels']) if report.get('kernels') else ''}"
-        "</body></html>\n"
-    )
-
-
-def write_report(report: dict, directory: str | Path) -> None:
+def write_report(report: dict, directory: str | Path, variants: list[Variant] = ()) -> None:
+    """report.json, .md and .html in `directory`, with the pictures (harness.figures) in its figures/; the
+    implementations `variants` are called again to draw their failing counterexamples' weights."""
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
+    report["figures"] = draw_figures(report, target, list(variants))
     (target / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str))
     (target / "report.md").write_text(_markdown(report))
-    (target / "report.html").write_text(_html(report))
+    (target / "report.html").write_text(render_html(report))

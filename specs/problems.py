@@ -171,6 +171,13 @@ class Problem:
         return "; ".join([self.origin or repr(self.recipe), *self.steps])
 
 
+def rebuild(text: str) -> Problem:
+    """The problem whose repr (report.json's counterexample "problem") is `text`, bit for bit."""
+    if not isinstance(text, str) or not text.strip():
+        raise AttentionInputError(f"rebuild needs a problem's repr, got {text!r}")
+    return _run(f"p = {text}")
+
+
 @functools.cache
 def _step_names() -> dict:
     names: dict = {}
