@@ -132,7 +132,10 @@ def _markdown_readings(report: dict) -> list[str]:
             out += ["None of this reading's claims ran in this report.", ""]
         for slug in slugs:
             counts, failing = tally(report, slug)
-            out.append(f"- `{slug}`: {counts}" + (f" (failing on {', '.join(failing)})" if failing else ""))
+            claim = next(c for c in report["claims"] if c["slug"] == slug)
+            failing_on = f" (failing on {', '.join(failing)})" if failing else ""
+            note = f". {claim['note']}" if claim["note"] else ""
+            out.append(f"- `{slug}` ({claim['kind']}): {counts}{failing_on}{note}")
         out.append("")
         for caption, columns, rows in exhibit_tables(report, slugs):
             out += [f"{caption}", "", "| " + " | ".join(map(str, columns)) + " |", "|---" * len(columns) + "|"]

@@ -59,8 +59,10 @@ def _reading_sections(report: dict, figures: list[dict], bugs: dict) -> str:
             counts, failing = tally(report, slug)
             links = ", ".join(f'<a href="#{bugs[(slug, impl)]}">{esc(impl)}</a>'
                               for impl in failing if (slug, impl) in bugs)
-            rows.append(f'<tr><td><a href="#claim-{esc(slug)}"><code>{esc(slug)}</code></a>'
-                        f'<div class="statement">{esc(by_slug[slug]["statement"])}</div></td>'
+            note = by_slug[slug]["note"]
+            rows.append(f'<tr><td><a href="#claim-{esc(slug)}"><code>{esc(slug)}</code></a> ({by_slug[slug]["kind"]})'
+                        f'<div class="statement">{esc(by_slug[slug]["statement"])}</div>'
+                        + (f'<div class="statement"><em>{esc(note)}</em></div>' if note else "") + "</td>"
                         f"<td>{esc(counts)}</td><td>{links}</td></tr>")
         tables = "".join(f"<h4>{esc(caption)}</h4>{_table(columns, body)}"
                          for caption, columns, body in exhibit_tables(report, slugs))
