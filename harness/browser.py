@@ -367,12 +367,19 @@ def check_in_browser(html_path: str | Path, screenshot: str | Path | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m harness.browser PAGE.html [SCREENSHOT.png]: print the problems; exit 1 when there are any."""
-    args = sys.argv[1:] if argv is None else argv
+    """python -m harness.browser [--optional] PAGE.html [SCREENSHOT.png]: print the problems; exit 1 when there
+    are any, 3 when no browser can run it (0 with --optional: the main job's screenshot is a bonus there)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    optional = "--optional" in args
+    args = [a for a in args if a != "--optional"]
     if not args or len(args) > 2:
         print(main.__doc__, file=sys.stderr)
         return 2
-    result = check_in_browser(args[0], args[1] if len(args) > 1 else None)
+    try:
+        result = check_in_browser(args[0], args[1] if len(args) > 1 else None)
+    except BrowserUnavailable as exc:
+        print(f"{args[0]} not checked in a browser: {exc}")
+        return 0 if optional else 3
     print(f"{result.page}: {len(result.images)} images, {len(result.links)} links, "
           f"{result.seconds:.1f} s in {result.browser}")
     for sentence in result.problems():

@@ -162,3 +162,18 @@ def test_page_that_leaves_is_an_error(tmp_path: Path, browser: str) -> None:
 def test_timeout_is_an_error(tmp_path: Path, browser: str) -> None:
     with pytest.raises(BrowserError, match=r"did not finish within 0\.01 s"):
         check_in_browser(page(tmp_path, "<p>x</p>"), timeout_s=0.01, browser=browser)
+
+
+def test_the_command_line_names_a_missing_browser(tmp_path, monkeypatch, capsys):
+    import harness.browser as browser
+
+    def absent(*_):
+        raise BrowserUnavailable("no chromium here")
+
+    monkeypatch.setattr(browser, "find_browser", absent)
+    page = tmp_path / "page.html"
+    page.write_text("<p>hi</p>")
+    assert browser.main([str(page)]) == 3
+    assert browser.main(["--optional", str(page), str(tmp_path / "shot.png")]) == 0
+    assert "not checked in a browser: no chromium here" in capsys.readouterr().out
+    assert not (tmp_path / "shot.png").exists()

@@ -40,6 +40,20 @@ def test_report_files_and_contract_fields(main_run):
     assert [c["slug"] for c in report["claims"]] == list(load_claims())
 
 
+def test_report_html_renders_in_a_browser_and_keeps_a_screenshot(main_run):
+    """Headless Chromium (installed by .ci/run): every picture decodes, every link resolves; the screenshot
+    stays beside the report."""
+    from harness.browser import BrowserUnavailable, check_in_browser
+
+    _, directory = main_run
+    try:
+        result = check_in_browser(directory / "report.html", screenshot=directory / "report.png")
+    except BrowserUnavailable as exc:
+        pytest.skip(str(exc))
+    assert result.problems() == []
+    assert len(result.images) >= 2 and (directory / "report.png").stat().st_size > 10_000
+
+
 def test_terminal_shows_the_matrix(main_run):
     run, _ = main_run
     assert "claims x implementations" in run.output

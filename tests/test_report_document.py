@@ -117,3 +117,16 @@ def test_readings_name_catalogued_claims_once():
     assert set(slugs) <= set(load_claims()), set(slugs) - set(load_claims())
     assert len(slugs) == len(set(slugs))
     assert set(SEED_TITLES) >= {claim.seed for claim in load_claims().values()}
+
+
+def test_the_page_renders_in_a_browser_with_every_picture(run):
+    from harness.browser import BrowserUnavailable, check_in_browser
+
+    _, directory, document = run
+    try:
+        result = check_in_browser(directory / "report.html", screenshot=directory / "report.png")
+    except BrowserUnavailable as exc:
+        pytest.skip(str(exc))
+    assert result.problems() == []
+    assert len(result.images) == len(document.images) and all(image.width > 0 for image in result.images)
+    assert (directory / "report.png").stat().st_size > 10_000
