@@ -22,9 +22,10 @@ body{font-family:system-ui,sans-serif;max-width:none;margin:1em 2em;line-height:
 h1{margin-bottom:.2em} nav ol{columns:3} figure{display:inline-block;margin:.5em 1em .5em 0;max-width:1000px}
 figure img{max-width:100%;border:1px solid #ddd} figcaption{font-size:.9em;color:#333;max-width:900px}
 table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:2px 5px;vertical-align:top}
-table.matrix td{text-align:center;min-width:1.3em} table.matrix thead th{height:14em;white-space:nowrap;
-vertical-align:bottom} table.matrix thead th span{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;
-font-size:.8em} table.matrix th.claim{text-align:left;min-width:26em;max-width:34em;font-weight:normal}
+table.matrix td,table.grid td{text-align:center;min-width:1.3em} table.matrix thead th,table.grid thead th{height:14em;
+white-space:nowrap;vertical-align:bottom}
+table thead th span{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;font-size:.8em}
+table.matrix th.claim{text-align:left;min-width:26em;max-width:34em;font-weight:normal}
 tr.seed th{background:#334;color:#fff;text-align:left;font-size:1.1em} tr.section th{background:#e8e8f0;text-align:left}
 .statement{font-size:.85em;color:#333} td.pass{background:#d4f7d4} td.fail{background:#ff9c9c}
 td.declared{background:#ffe2a8} td.skip{background:#eee} td a{color:inherit;text-decoration:none;font-weight:bold}
@@ -68,10 +69,30 @@ def _reading_sections(report: dict, figures: list[dict], bugs: dict) -> str:
                          for caption, columns, body in exhibit_tables(report, slugs))
         pictures = "".join(_figure(f) for f in figures if f["impl"] is None and set(f["claims"]) & set(slugs))
         verdicts = ("<table><tr><th>claim</th><th>verdicts</th><th>failing on</th></tr>" + "".join(rows) + "</table>"
-                    if rows else "<p>None of this reading's claims ran in this report.</p>")
+                    + _reading_grid(report, slugs, bugs) if rows else "<p>None of this reading's claims ran in this "
+                    "report.</p>")
         parts.append(f'<section id="reading-{reading.key}"><h3>{esc(reading.title)}</h3><p>{esc(reading.summary)}'
                      f"</p>{verdicts}{tables}{pictures}</section>")
     return "".join(parts)
+
+
+def _cell(verdict: dict | None, slug: str, subject: str, bugs: dict) -> str:
+    """One verdict as a coloured table cell; a failure's letter links to its bug report."""
+    symbol = verdict_symbol(verdict)
+    text = f'<a href="#{bugs[(slug, subject)]}">{symbol}</a>' if (slug, subject) in bugs else symbol
+    title = esc(f"{subject}: " + (verdict["detail"][:200] if verdict else "not applicable"))
+    return f'<td class="{CLASSES[symbol]}" title="{title}">{text}</td>'
+
+
+def _reading_grid(report: dict, slugs: list[str], bugs: dict) -> str:
+    """The reading's claims against every implementation they apply to, folded away until asked for."""
+    cells = {(v["claim"], v["impl"]): v for v in report["verdicts"] if v["claim"] in slugs}
+    subjects = [s for s in report["impls"] if any((slug, s) in cells for slug in slugs)]
+    head = "".join(f'<th title="{esc(s)}"><span>{esc(s)}</span></th>' for s in subjects)
+    rows = "".join(f'<tr><th><a href="#claim-{esc(slug)}"><code>{esc(slug)}</code></a></th>'
+                   + "".join(_cell(cells.get((slug, s)), slug, s, bugs) for s in subjects) + "</tr>" for slug in slugs)
+    return (f"<details><summary>verdicts per implementation ({len(subjects)})</summary><table class=\"grid\">"
+            f"<thead><tr><th>claim</th>{head}</tr></thead><tbody>{rows}</tbody></table></details>")
 
 
 def _matrix(report: dict, bugs: dict) -> str:
@@ -90,13 +111,7 @@ def _matrix(report: dict, bugs: dict) -> str:
             body.append(f'<tr class="section"><th colspan="{len(subjects) + 1}">§ {esc(section)}</th></tr>')
             for claim in claims:
                 slug = claim["slug"]
-                tds = []
-                for subject in subjects:
-                    verdict = cells.get((slug, subject))
-                    symbol = verdict_symbol(verdict)
-                    text = f'<a href="#{bugs[(slug, subject)]}">{symbol}</a>' if (slug, subject) in bugs else symbol
-                    title = esc(f"{subject}: " + (verdict["detail"][:200] if verdict else "not applicable"))
-                    tds.append(f'<td class="{CLASSES[symbol]}" title="{title}">{text}</td>')
+                tds = [_cell(cells.get((slug, subject)), slug, subject, bugs) for subject in subjects]
                 holds = "" if claim["holds"] else " <em>(false as written)</em>"
                 body.append(
                     f'<tr><th class="claim" id="claim-{esc(slug)}"><code>{esc(slug)}</code>{holds}'
