@@ -30,6 +30,8 @@ from specs.strategies import problems
 from specs.tolerance import (
     Allowance,
     ToleranceUndefined,
+    affine_image_allowance,
+    difference_allowance,
     forward_allowance,
     metamorphic_allowance,
     own_rounding_bound,
@@ -186,6 +188,28 @@ class Trial:
             f"as_float64(out)[{index_code(expected_index)}]).max())",
         ])
         self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem, script=script)
+
+    def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> None:
+        """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
+        a a scalar and b broadcasting to the output, within the two outputs' allowances and own rounding
+        (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance).
+        `transformed` must come from this trial's problem through Problem.derive: the repro replays its steps."""
+        extra = transformed.steps[len(self.problem.steps):]
+        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+            raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()
+        got, got_allowance, got_own = self._output_with_own_bound(transformed)
+        out, allowance, own = self._output_with_own_bound(self.problem)
+        bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
+        script = "\n".join([
+            "out = fn(q, k, v, **p.kwargs())",
+            *extra,
+            cast_line(self.variant.dtype),
+            "out_t = fn(q, k, v, **p.kwargs())",
+            f"b = np.array({np.asarray(b).tolist()!r})",
+            f"print(np.abs(as_float64(out_t) - ({a!r} * as_float64(out) + b)).max())",
+        ])
+        self.expect_close(got, a * out + b, bound, what=what, versus=versus, problem=self.problem, script=script)
 
     def own_output(self, problem: Problem | None = None) -> tuple[np.ndarray, Allowance]:
         """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of
