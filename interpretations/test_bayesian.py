@@ -14,19 +14,23 @@ from harness.assertions import assert_within
 from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial
-from interpretations.test_geometric import EXACT_D, exact_problem
+from interpretations.test_geometric import EXACT_D, exact_problem, record_headroom
 from specs.problems import Problem, build
 from specs.reference import repeat_kv
 from specs.tolerance import Allowance, forward_allowance, product_allowance
 
-torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
 
-from impls.seed_code.seed002_readings import bayesian_attention  # noqa: E402
+def _torch():
+    """torch, or a skip: only the seed's code needs it (the every-implementation properties do not)."""
+    return pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
 
 SUBJECT = "seed002-bayesian"
 
 
 def _run(q, k, v):
+    torch = _torch()
+    from impls.seed_code.seed002_readings import bayesian_attention
+
     return bayesian_attention(*(torch.from_numpy(x) for x in (q, k, v))).numpy()
 
 
@@ -87,7 +91,8 @@ def posterior(log_likelihood: np.ndarray, prior: np.ndarray) -> np.ndarray:
     return joint / joint.sum(axis=-1, keepdims=True)
 
 
-def expect_posterior(trial: Trial, problem: Problem, prior: np.ndarray, d: int, *, claim_what: str) -> None:
+def expect_posterior(trial: Trial, problem: Problem, prior: np.ndarray, d: int, *,
+                     claim_what: str) -> tuple[float, float]:
     """The weights the implementation applies on `problem` (read through one-hot values) are the posterior
     with this prior and likelihood exp(s q.k_j) over the first d coordinates, s the scale it applies; and its
     output is the posterior mean of V. My posterior is computed with the oracle's operations plus one product
@@ -102,22 +107,33 @@ def expect_posterior(trial: Trial, problem: Problem, prior: np.ndarray, d: int, 
                                            oracle=observed.oracle)
     weights_error = float64_weights.take((..., slice(0, problem.n_k)))
     weights_error = Allowance(2 * weights_error.bound, f"2 x ({weights_error.rule}): the oracle's and Bayes' rule's")
-    trial.expect_close(observed.weights, expected, observed.allowance + weights_error,
-                       what="the weights read off one-hot values", problem=observed.problem,
-                       versus=f"the posterior over key positions ({claim_what})")
+    weights_ratio = trial.expect_close(observed.weights, expected, observed.allowance + weights_error,
+                                       what="the weights read off one-hot values", problem=observed.problem,
+                                       versus=f"the posterior over key positions ({claim_what})")
     _, out_allowance = trial.oracle(problem)
     values = repeat_kv(v, q.shape[1] // v.shape[1])
-    trial.expect_close(trial.call(problem), expected @ values,
-                       out_allowance + product_allowance(weights_error, expected, values), problem=problem,
-                       versus=f"the posterior mean of V ({claim_what})")
+    out_ratio = trial.expect_close(trial.call(problem), expected @ values,
+                                   out_allowance + product_allowance(weights_error, expected, values),
+                                   problem=problem, versus=f"the posterior mean of V ({claim_what})")
+    return weights_ratio, out_ratio
+
+
+BAYES_TABLE = ("bayesian-posterior-fit", "Per implementation, the largest distance of its weights from the posterior "
+               "over key positions and of its output from the posterior mean, relative to their allowances: below 1 "
+               "passes.")
+
+
+def _record(prior: str, ratios: tuple[float, float]) -> None:
+    for what, ratio in zip(("weights = posterior", "out = posterior mean"), ratios, strict=True):
+        record_headroom(BAYES_TABLE[0], f"{prior}: {what}", ratio, BAYES_TABLE[1])
 
 
 @checks("bayesian-uniform-prior-posterior-mean")
 def test_output_is_the_posterior_mean_under_a_uniform_prior(variant):
     problem = exact_problem(variant, seed=105)
     uniform = np.full(problem.n_k, 1.0 / problem.n_k)
-    expect_posterior(Trial(variant, problem), problem, uniform, EXACT_D,
-                     claim_what="uniform prior, likelihood e^{s q.k_j}")
+    _record("uniform prior", expect_posterior(Trial(variant, problem), problem, uniform, EXACT_D,
+                                              claim_what="uniform prior, likelihood e^{s q.k_j}"))
 
 
 def log_prior(n_k: int, seed: int) -> list[float]:
@@ -143,5 +159,5 @@ def test_log_prior_bias_gives_the_posterior_mean(variant):
     if trial.oracle()[0].scale * np.sqrt(EXACT_D) != 1.0:
         raise AssertionError("the augmented coordinate no longer cancels the scale: the prior would be mis-weighted")
     prior = np.exp(logs) / np.exp(logs).sum()
-    expect_posterior(trial, problem, prior, EXACT_D - 1, claim_what="prior pi_j = e^{m_j} / sum e^m, "
-                     f"m = {logs}, through the bias log pi_j")
+    _record("prior e^m as bias m", expect_posterior(trial, problem, prior, EXACT_D - 1, claim_what=(
+        f"prior pi_j = e^{{m_j}} / sum e^m, m = {logs}, through the bias log pi_j")))

@@ -17,6 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.assertions import assert_within
+from harness.exhibits import exhibit
 from harness.markers import checks
 from harness.observe import ObservedWeights, observe_weights
 from harness.trial import Trial, problems_for
@@ -335,6 +336,17 @@ EXACT_SHAPES = tuple(Shape(*sizes) for sizes in (
 TAU = 0.1  # the seed's temperature (0.1是温度系数)
 
 
+def record_headroom(name: str, reading: str, ratio: float, caption: str) -> None:
+    """One row of the `name` table (harness.exhibits): how close this implementation came to the allowance."""
+    exhibit(name, "table", {"columns": ["reading", "worst |error| / allowed"], "rows": [[reading, ratio]]},
+            caption=caption)
+
+
+GEOMETRIC_TABLE = ("geometric-invariances", "Per implementation, the largest error of each geometric reading relative "
+                   "to its allowance on one exact problem: below 1 passes, and a small ratio says the reading holds "
+                   "with room to spare.")
+
+
 def exact_problem(variant: Variant, *, seed: int, d: int = EXACT_D) -> Problem:
     """A fixed problem `variant` takes, with head dim 16 (d = 15 for a problem one coordinate will be added to):
     integer q, k in [-3, 3] and v in [-5, 5]. Every transformation below (a signed Hadamard rotation, keys
@@ -376,7 +388,7 @@ def cosines(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return (q @ k.swapaxes(-1, -2)) / norms
 
 
-def expect_cosine_attention(variant: Variant, problem: Problem) -> None:
+def expect_cosine_attention(variant: Variant, problem: Problem) -> float:
     """The implementation on unit q, k with scale 1/tau against cosine attention softmax(cos / tau) V of the raw
     q, k. Here the raw cosines / tau equal the scaled scores of the unit inputs the implementation receives
     bit for bit (asserted), so the float64 oracle on those inputs is cosine attention of the raw ones, and
@@ -386,13 +398,15 @@ def expect_cosine_attention(variant: Variant, problem: Problem) -> None:
     oracle, allowance = trial.oracle(unit)
     if not np.array_equal(cosines(raw.q, raw.k) * (1 / TAU), oracle.scores):
         raise AssertionError("cosine_problems no longer gives exact unit vectors: the check would blame rounding")
-    trial.expect_close(trial.call(unit), oracle.out, allowance, what="out(q/|q|, k/|k|, scale=1/tau)",
-                       versus=f"cosine attention softmax(cos(q_i, k_j) / {TAU}) V of the raw q, k", problem=unit)
+    return trial.expect_close(trial.call(unit), oracle.out, allowance, what="out(q/|q|, k/|k|, scale=1/tau)",
+                              versus=f"cosine attention softmax(cos(q_i, k_j) / {TAU}) V of the raw q, k",
+                              problem=unit)
 
 
 @checks("geometric-cosine-every-implementation")
 def test_cosine_attention_is_the_implementation_on_unit_vectors(variant):
-    expect_cosine_attention(variant, exact_problem(variant, seed=100))
+    ratio = expect_cosine_attention(variant, exact_problem(variant, seed=100))
+    record_headroom(GEOMETRIC_TABLE[0], "cosine attention = unit q, k at scale 1/tau", ratio, GEOMETRIC_TABLE[1])
 
 
 def translated_keys(problem: Problem, seed: int) -> Problem:
@@ -401,15 +415,16 @@ def translated_keys(problem: Problem, seed: int) -> Problem:
     return problem.derive(f"p = p.replace(k=p.k + np.array({c}))")
 
 
-def expect_key_translation_invariance(variant: Variant, problem: Problem) -> None:
+def expect_key_translation_invariance(variant: Variant, problem: Problem) -> float:
     trial = Trial(variant, problem)
-    trial.expect_unchanged(translated_keys(problem, 101), what="out(every key + c)",
-                           versus="out (the scores move by s q_i.c, the same for every key of row i)")
+    return trial.expect_unchanged(translated_keys(problem, 101), what="out(every key + c)",
+                                  versus="out (the scores move by s q_i.c, the same for every key of row i)")
 
 
 @checks("key-translation-invariance")
 def test_translating_every_key_changes_nothing(variant):
-    expect_key_translation_invariance(variant, exact_problem(variant, seed=101))
+    ratio = expect_key_translation_invariance(variant, exact_problem(variant, seed=101))
+    record_headroom(GEOMETRIC_TABLE[0], "every key + c", ratio, GEOMETRIC_TABLE[1])
 
 
 A_VALUES = -1.5  # a negative, non-integer a: reflection and stretch at once, exact on integer values
@@ -421,13 +436,14 @@ def affine_values(problem: Problem, seed: int) -> tuple[Problem, np.ndarray]:
     return problem.derive(f"p = p.replace(v={A_VALUES!r} * p.v + np.array({b}))"), np.array(b)
 
 
-def expect_value_affine_equivariance(variant: Variant, problem: Problem) -> None:
+def expect_value_affine_equivariance(variant: Variant, problem: Problem) -> float:
     trial = Trial(variant, problem)
     mapped, b = affine_values(problem, 102)
-    trial.expect_affine_image(mapped, A_VALUES, b, what="out(a V + b)",
-                              versus=f"a out(V) + b (a = {A_VALUES:g}; each row's weights sum to 1)")
+    return trial.expect_affine_image(mapped, A_VALUES, b, what="out(a V + b)",
+                                     versus=f"a out(V) + b (a = {A_VALUES:g}; each row's weights sum to 1)")
 
 
 @checks("value-affine-equivariance")
 def test_affine_map_of_values_maps_outputs(variant):
-    expect_value_affine_equivariance(variant, exact_problem(variant, seed=102))
+    ratio = expect_value_affine_equivariance(variant, exact_problem(variant, seed=102))
+    record_headroom(GEOMETRIC_TABLE[0], "V -> a V + b", ratio, GEOMETRIC_TABLE[1])
