@@ -169,8 +169,9 @@ class Trial:
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
                          expected_index: tuple = (...,)) -> float:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
-        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance.
-        `transformed` must come from this trial's problem through Problem.derive: the repro replays its steps."""
+        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance; returns the
+        largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive:
+        the repro replays its steps."""
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
@@ -194,8 +195,9 @@ class Trial:
     def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> float:
         """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
         a a scalar and b broadcasting to the output, within the two outputs' allowances and own rounding
-        (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance).
-        `transformed` must come from this trial's problem through Problem.derive: the repro replays its steps."""
+        (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance);
+        returns the largest |error| / allowed. `transformed` must come from this trial's problem through
+        Problem.derive: the repro replays its steps."""
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
