@@ -30,6 +30,8 @@ from specs.strategies import problems
 from specs.tolerance import (
     Allowance,
     ToleranceUndefined,
+    affine_image_allowance,
+    difference_allowance,
     forward_allowance,
     metamorphic_allowance,
     own_rounding_bound,
@@ -154,20 +156,22 @@ class Trial:
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
                      problem: Problem | None = None, call_line: str | None = None,
-                     script: str | None = None, claim: str | None = None) -> None:
-        """Fail, naming the worst element, unless |got - expected| <= allowance everywhere."""
+                     script: str | None = None, claim: str | None = None) -> float:
+        """Fail, naming the worst element, unless |got - expected| <= allowance everywhere; else return the
+        largest |error| / allowed (the headroom, for evidence)."""
         comparison = compare(got, expected, allowance, what=what)
         if comparison.within:
             self._target(comparison.ratio, what)
-            return
+            return comparison.ratio
         self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=comparison.details,
                   call_line=call_line, script=script, claim=claim)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
-                         expected_index: tuple = (...,)) -> None:
+                         expected_index: tuple = (...,)) -> float:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
-        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance.
-        `transformed` must come from this trial's problem through Problem.derive: the repro replays its steps."""
+        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance; returns the
+        largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive:
+        the repro replays its steps."""
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
@@ -185,7 +189,32 @@ class Trial:
             f"print(np.abs(as_float64(out_t)[{index_code(got_index)}] - "
             f"as_float64(out)[{index_code(expected_index)}]).max())",
         ])
-        self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem, script=script)
+        return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
+                                 script=script)
+
+    def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> float:
+        """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
+        a a scalar and b broadcasting to the output, within the two outputs' allowances and own rounding
+        (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance);
+        returns the largest |error| / allowed. `transformed` must come from this trial's problem through
+        Problem.derive: the repro replays its steps."""
+        extra = transformed.steps[len(self.problem.steps):]
+        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+            raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()
+        got, got_allowance, got_own = self._output_with_own_bound(transformed)
+        out, allowance, own = self._output_with_own_bound(self.problem)
+        bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
+        script = "\n".join([
+            "out = fn(q, k, v, **p.kwargs())",
+            *extra,
+            cast_line(self.variant.dtype),
+            "out_t = fn(q, k, v, **p.kwargs())",
+            f"b = np.array({np.asarray(b).tolist()!r})",
+            f"print(np.abs(as_float64(out_t) - ({a!r} * as_float64(out) + b)).max())",
+        ])
+        return self.expect_close(got, a * out + b, bound, what=what, versus=versus, problem=self.problem,
+                                 script=script)
 
     def own_output(self, problem: Problem | None = None) -> tuple[np.ndarray, Allowance]:
         """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of

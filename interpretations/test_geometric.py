@@ -2,7 +2,11 @@
 
 The seeds' readings of the dot product (a cosine on unit vectors, a distance, X times its own transpose)
 are checked on every implementation through its observed weights (harness.observe); seed 002's cosine
-code is checked as written.
+code is checked as written. The geometric reading in its correct form is checked on every implementation
+too: cosine attention is the implementation on unit vectors with scale 1/tau, and translating the keys or
+mapping the values affinely acts as geometry says (a fixed exact problem per implementation,
+exact_problem). Outputs lying in the convex hull of the values is `output-in-convex-hull`
+(properties/test_probability.py).
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.assertions import assert_within
+from harness.exhibits import exhibit
 from harness.markers import checks
 from harness.observe import ObservedWeights, observe_weights
 from harness.trial import Trial, problems_for
+from impls.registry import Variant
 from specs.problems import Problem, build
 from specs.reference import repeat_kv
-from specs.strategies import head_dims, lengths
+from specs.strategies import FIXED_SHAPES, Shape, ShapeRules, head_dims, lengths
 from specs.tolerance import (
     Allowance,
     cosine_exponent_allowance,
@@ -317,3 +323,127 @@ def test_dot_product_ranks_like_distance(variant, data):
                         label="problem")
     trial = Trial(variant, problem)
     expect_dot_product_ranks_like_distance(trial, observe_weights(trial, keys_of_many_lengths(problem)))
+
+
+# -- every implementation: the geometric reading in its correct form (seed 002 § 3.1.2, seed 000 § 向量化) --
+
+EXACT_D = 16
+# Preferred shapes, first admitted by the implementation's capabilities: grouped kv heads, n_q != n_k and
+# d_v != d where it takes them, lengths <= 11 so that one call costs little even for CUDA code run on the CPU.
+EXACT_SHAPES = tuple(Shape(*sizes) for sizes in (
+    (2, 1, 2, 7, 11, 16, 13), (2, 1, 2, 7, 11, 16, 16), (2, 1, 2, 11, 11, 16, 16),
+    (2, 2, 1, 7, 11, 16, 13), (2, 2, 1, 7, 11, 16, 16), (2, 2, 1, 11, 11, 16, 16)))
+TAU = 0.1  # the seed's temperature (0.1是温度系数)
+
+
+def record_headroom(name: str, reading: str, ratio: float, caption: str) -> None:
+    """One row of the `name` table (harness.exhibits): how close this implementation came to the allowance."""
+    exhibit(name, "table", {"columns": ["reading", "worst |error| / allowed"], "rows": [[reading, ratio]]},
+            caption=caption)
+
+
+GEOMETRIC_TABLE = ("geometric-invariances", "Per implementation, the largest error of each geometric reading relative "
+                   "to its allowance on one exact problem: below 1 passes, and a small ratio says the reading holds "
+                   "with room to spare.")
+
+
+def exact_problem(variant: Variant, *, seed: int, d: int = EXACT_D) -> Problem:
+    """A fixed problem `variant` takes, with head dim 16 (d = 15 for a problem one coordinate will be added to):
+    integer q, k in [-3, 3] and v in [-5, 5]. Every transformation below (a signed Hadamard rotation, keys
+    translated by an integer vector, a V -> -1.5 V + b with integer b, unit vectors of +-1/4 entries, an
+    integer log-prior) yields multiples of 1/8 below 2^5: exact in float64 and in float16 and bfloat16 (8
+    significand bits). So the implementation receives the transformed problem exactly, the transformed
+    oracle is exactly the transformation of the original, and only rounding inside the implementation is
+    allowed for (specs.tolerance.metamorphic_allowance)."""
+    rules = ShapeRules.for_caps(variant.capabilities, weights_visible=True)
+    menu = map(rules.aligned, FIXED_SHAPES if rules.fixed else EXACT_SHAPES)
+    shape = next((s for s in menu if s.d == EXACT_D and rules.admit(s)), None)
+    if shape is None:
+        pytest.skip(f"no problem of head dim {EXACT_D} fits {variant.name}'s capabilities")
+    return build(**{**shape.fields(), "d": d}, seed=seed, score_style="integers", value_style="integers")
+
+
+def _seeded(seed: int, draw) -> list:
+    """A list drawn from a fixed seed, written out in the derived problem's step (so the repro shows it)."""
+    return np.asarray(draw(np.random.default_rng(seed))).tolist()
+
+
+def cosine_problems(variant: Variant, problem: Problem, tau: float = TAU) -> tuple[Problem, Problem]:
+    """(raw, unit): raw q, k of lengths 1..4 and 2..4 along directions of +-1/4 entries, so |x| and x / |x|
+    are exact and cos(q_i, k_j) is a multiple of 1/8; unit: them normalised with scale 1/tau (folded into
+    q as sqrt(d) / tau for an implementation without a scale keyword, whose default is 1/sqrt(d))."""
+    raw = problem.derive("p = p.replace(q=np.sign(p.q + 0.5) / 4 * (1 + np.arange(p.n_q) % 4)[:, None], "
+                         "k=np.sign(p.k + 0.5) / 4 * (2 + np.arange(p.n_k) % 3)[:, None])")
+    unit = "q=p.q / np.linalg.norm(p.q, axis=-1, keepdims=True), k=p.k / np.linalg.norm(p.k, axis=-1, keepdims=True)"
+    if variant.capabilities.scale:
+        return raw, raw.derive(f"p = p.replace({unit}, scale={1 / tau!r})")
+    return raw, raw.derive(f"p = p.replace({unit}); p = p.replace(q=p.q * {np.sqrt(EXACT_D) / tau!r})")
+
+
+def cosines(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """cos(q_i, k_j) in float64 (..., n_q, n_k), query head h against kv head h // group: the seed's
+    torch.cosine_similarity(query.unsqueeze(1), key.unsqueeze(0), dim=-1) per head."""
+    k = repeat_kv(k, q.shape[1] // k.shape[1])
+    norms = np.linalg.norm(q, axis=-1)[..., :, None] * np.linalg.norm(k, axis=-1)[..., None, :]
+    return (q @ k.swapaxes(-1, -2)) / norms
+
+
+def expect_cosine_attention(variant: Variant, problem: Problem) -> float:
+    """The implementation on unit q, k with scale 1/tau against cosine attention softmax(cos / tau) V of the raw
+    q, k. Here the raw cosines / tau equal the scaled scores of the unit inputs the implementation receives
+    bit for bit (asserted), so the float64 oracle on those inputs is cosine attention of the raw ones, and
+    the implementation is allowed its forward allowance there."""
+    raw, unit = cosine_problems(variant, problem)
+    trial = Trial(variant, raw)
+    oracle, allowance = trial.oracle(unit)
+    if not np.array_equal(cosines(raw.q, raw.k) * (1 / TAU), oracle.scores):
+        raise AssertionError("cosine_problems no longer gives exact unit vectors: the check would blame rounding")
+    return trial.expect_close(trial.call(unit), oracle.out, allowance, what="out(q/|q|, k/|k|, scale=1/tau)",
+                              versus=f"cosine attention softmax(cos(q_i, k_j) / {TAU}) V of the raw q, k",
+                              problem=unit)
+
+
+@checks("geometric-cosine-every-implementation")
+def test_cosine_attention_is_the_implementation_on_unit_vectors(variant):
+    ratio = expect_cosine_attention(variant, exact_problem(variant, seed=100))
+    record_headroom(GEOMETRIC_TABLE[0], "cosine attention = unit q, k at scale 1/tau", ratio, GEOMETRIC_TABLE[1])
+
+
+def translated_keys(problem: Problem, seed: int) -> Problem:
+    """Every key moved by one integer vector c, entries in [-2, 2]: each row's scores move by s q_i.c."""
+    c = _seeded(seed, lambda rng: rng.integers(-2, 3, problem.k.shape[-1]).astype(float))
+    return problem.derive(f"p = p.replace(k=p.k + np.array({c}))")
+
+
+def expect_key_translation_invariance(variant: Variant, problem: Problem) -> float:
+    trial = Trial(variant, problem)
+    return trial.expect_unchanged(translated_keys(problem, 101), what="out(every key + c)",
+                                  versus="out (the scores move by s q_i.c, the same for every key of row i)")
+
+
+@checks("key-translation-invariance")
+def test_translating_every_key_changes_nothing(variant):
+    ratio = expect_key_translation_invariance(variant, exact_problem(variant, seed=101))
+    record_headroom(GEOMETRIC_TABLE[0], "every key + c", ratio, GEOMETRIC_TABLE[1])
+
+
+A_VALUES = -1.5  # a negative, non-integer a: reflection and stretch at once, exact on integer values
+
+
+def affine_values(problem: Problem, seed: int) -> tuple[Problem, np.ndarray]:
+    """V -> a V + b, b an integer vector in [-20, 20] (d_v entries)."""
+    b = _seeded(seed, lambda rng: rng.integers(-20, 21, problem.v.shape[-1]).astype(float))
+    return problem.derive(f"p = p.replace(v={A_VALUES!r} * p.v + np.array({b}))"), np.array(b)
+
+
+def expect_value_affine_equivariance(variant: Variant, problem: Problem) -> float:
+    trial = Trial(variant, problem)
+    mapped, b = affine_values(problem, 102)
+    return trial.expect_affine_image(mapped, A_VALUES, b, what="out(a V + b)",
+                                     versus=f"a out(V) + b (a = {A_VALUES:g}; each row's weights sum to 1)")
+
+
+@checks("value-affine-equivariance")
+def test_affine_map_of_values_maps_outputs(variant):
+    ratio = expect_value_affine_equivariance(variant, exact_problem(variant, seed=102))
+    record_headroom(GEOMETRIC_TABLE[0], "V -> a V + b", ratio, GEOMETRIC_TABLE[1])

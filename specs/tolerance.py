@@ -423,6 +423,18 @@ def difference_allowance(first: Allowance, second: Allowance) -> Allowance:
     return Allowance(first.bound + second.bound, f"difference of two results: ({first.rule}) + ({second.rule})")
 
 
+def affine_image_allowance(allowance: Allowance, a: float, x: np.ndarray, b: np.ndarray | float) -> Allowance:
+    """Allowed error of a x + b, computed in float64, when x is known to within `allowance` (a scalar, b exact).
+
+    The error carried through is |a| times x's; the float64 product and sum round once each,
+    fl(fl(a x) + b) = (a x (1 + d1) + b)(1 + d2), |d| <= u: at most u |a x| + u |a x + b| <= u (2 |a x| + |b|)
+    to first order, doubled (SAFETY) for the second-order terms.
+    """
+    image_rounding = SAFETY * unit_roundoff(np.float64) * (2 * abs(a) * np.abs(x) + np.abs(b))
+    return Allowance(abs(a) * allowance.bound + image_rounding,
+                     f"|a| ({allowance.rule}) + 2u(2|a x| + |b|) for the float64 a x + b, a = {a:g}")
+
+
 def cosine_exponent_allowance(scale: float, d: int) -> Allowance:
     """Allowed error of s c, c = 2 |x_i| |x_m| or |x_i| |x_j| - |x_i|^2, with float64 norms of unit vectors of length d.
 

@@ -83,6 +83,9 @@ missing_scale.known_defects = _scoped(SCALE_DEPENDENT, {
     "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
     "sqrt-dk-variance": ('test_scaled_scores_have_unit_variance',),
     "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+    "geometric-cosine-every-implementation": ('test_cosine_attention_is_the_implementation_on_unit_vectors',),
+    "bayesian-uniform-prior-posterior-mean": ('test_output_is_the_posterior_mean_under_a_uniform_prior',),
+    "bayesian-prior-as-log-bias": ('test_log_prior_bias_gives_the_posterior_mean',),
 }, sqrt_dk_variance="the log-weight gaps have variance 2 d, not 2",
    scale_keeps_softmax_flat="without the scale the softmax saturates as d grows",
    hidden_non_finite_never_reaches_output=NAN_REPAIR, visible_nan_propagates=NAN_REPAIR)
@@ -120,6 +123,11 @@ softmax_over_queries.known_defects = _scoped(WRONG_AXIS, {
     "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
     "sqrt-dk-variance": ('test_scaled_scores_have_unit_variance',),
     "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+    "geometric-cosine-every-implementation": ('test_cosine_attention_is_the_implementation_on_unit_vectors',),
+    "key-translation-invariance": ('test_translating_every_key_changes_nothing',),
+    "value-affine-equivariance": ('test_affine_map_of_values_maps_outputs',),
+    "bayesian-uniform-prior-posterior-mean": ('test_output_is_the_posterior_mean_under_a_uniform_prior',),
+    "bayesian-prior-as-log-bias": ('test_log_prior_bias_gives_the_posterior_mean',),
 }, complete_graph_positive_weights="each column is normalised over the queries: where a key's scores spread "
                                    "over the queries beyond the exponent range, its small weights underflow to 0")
 
@@ -216,6 +224,9 @@ positional_bias.known_defects = _scoped(POSITION, {
     "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
     "sqrt-dk-variance": ('test_scaled_scores_have_unit_variance',),
     "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+    "geometric-cosine-every-implementation": ('test_cosine_attention_is_the_implementation_on_unit_vectors',),
+    "bayesian-uniform-prior-posterior-mean": ('test_output_is_the_posterior_mean_under_a_uniform_prior',),
+    "bayesian-prior-as-log-bias": ('test_log_prior_bias_gives_the_posterior_mean',),
 })
 
 
@@ -248,6 +259,10 @@ softmax_in_float32.known_defects = _scoped(HALF_PRECISION, {
     "attention-optimal-linear-approximation": ('test_output_minimises_weighted_squared_distance',),
     "woaini-self-attention-matrix": ('test_seed003_woaini_three_by_three',),
     "concat-then-output-projection": ('test_projection_pipeline_with_implementation_as_core',),
+    "geometric-cosine-every-implementation": ('test_cosine_attention_is_the_implementation_on_unit_vectors',),
+    "value-affine-equivariance": ('test_affine_map_of_values_maps_outputs',),
+    "bayesian-uniform-prior-posterior-mean": ('test_output_is_the_posterior_mean_under_a_uniform_prior',),
+    "bayesian-prior-as-log-bias": ('test_log_prior_bias_gives_the_posterior_mean',),
 }, complete_graph_positive_weights="float32 exponentials underflow to 0 once a score is ~87 below the row's "
                                                  "maximum, where float64 keeps them positive down to ~-708")
 
