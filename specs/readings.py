@@ -39,7 +39,8 @@ READINGS = (
             "the visible values, and the weights are unchanged by whatever leaves every q.k_j - q.k_l unchanged.",
             ("unit-dot-product-is-cosine", "self-attention-scores-symmetric", "dot-product-as-distance",
              "dot-product-as-distance-literal", "output-in-convex-hull", "geometric-cosine-temperature",
-             "geometric-projection-literal")),
+             "geometric-projection-literal", "geometric-cosine-every-implementation", "key-translation-invariance",
+             "value-affine-equivariance")),
     Reading("information", "Information-theoretic",
             "A softmax row is the distribution that maximises expected score plus entropy; the seed's KL code "
             "and its mutual-information sentence are checked as written.",
@@ -47,11 +48,13 @@ READINGS = (
     Reading("differential", "Differential-geometric",
             "What survives of 'local coordinate systems' is invariance under one orthogonal change of basis "
             "applied to q and k; the seed's SVD code cancels its key.",
-            ("differential-uses-key", "differential-tangent-projection")),
+            ("differential-uses-key", "differential-tangent-projection", "differential-code-shapes",
+             "orthogonal-basis-change-invariance", "dual-basis-change-invariance")),
     Reading("bayesian", "Bayesian: a posterior over key positions",
             "With a uniform prior over positions and likelihood exp(scale q.k_j), the posterior mean of the "
             "values is the output; a prior pi is an additive log(pi) bias.",
-            ("bayesian-posterior", "bayesian-code-finite")),
+            ("bayesian-posterior", "bayesian-code-finite", "bayesian-code-cross-attention",
+             "bayesian-uniform-prior-posterior-mean", "bayesian-prior-as-log-bias")),
     Reading("scaling", "Scaling: why divide by sqrt(d_k)",
             "Unscaled scores grow like sqrt(d_k), softmax saturates, its Jacobian vanishes; the scale keeps the "
             "entropy and the gradient of the weights roughly constant in d_k.",
