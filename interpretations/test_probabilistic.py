@@ -208,11 +208,13 @@ def test_entropy_falls_as_scale_grows(variant):
 ZERO_N = 16
 
 
-def underflow_ladder(highest: float) -> Problem:
-    """Row i scores key 0 at 0 and keys 1..15 at -g for 15 consecutive gaps g of a 240-step ladder from 0.5 to
-    1.1 x `highest` (one-hot keys, d = 16, default scale 1/4 undone by q = -4 g)."""
+def underflow_ladder(lowest: float, highest: float) -> Problem:
+    """Row i scores key 0 at 0 and keys 1..15 at -g for 15 consecutive gaps g of a 240-step ladder: 120 steps from
+    0.5 up to `lowest`, 120 from `lowest` to 1.1 x `highest` (one-hot keys, d = 16, the default scale 1/4 undone
+    by q = -4 g)."""
     return build(n_q=ZERO_N, n_k=ZERO_N, d=ZERO_N, d_v=ZERO_N, seed=SEED).derive(
-        f"g = np.linspace(0.5, {1.1 * highest!r}, 240).reshape(16, 15); q = np.zeros((1, 1, 16, 16)); "
+        f"g = np.concatenate([np.linspace(0.5, {lowest!r}, 120, endpoint=False), "
+        f"np.linspace({lowest!r}, {1.1 * highest!r}, 120)]).reshape(16, 15); q = np.zeros((1, 1, 16, 16)); "
         "q[0, 0, :, 1:] = -4.0 * g; p = p.replace(q=q, k=np.eye(16)[None, None])")
 
 
@@ -223,20 +225,24 @@ def test_exact_zero_only_where_the_dtype_underflows(variant):
     of the output and of float32 inside low-precision kernels) may be 0, and every weight past its highest end
     (a quarter of the output's smallest subnormal) must be: the first exact 0 lies in the window."""
     lowest, highest = underflow_gap_window(variant.dtype)
-    trial = Trial(variant, underflow_ladder(highest))
+    trial = Trial(variant, underflow_ladder(lowest, highest))
     observed = observe_weights(trial)
     oracle = observed.oracle
     neg_log = oracle.lse[..., None] - oracle.scores  # -log P_ij, exact where P underflows in float64 too
     gaps = oracle.scores.max(axis=-1, keepdims=True) - oracle.scores
     zero = observed.weights == 0
     early = zero & (neg_log < lowest)
-    first = float(np.min(np.where(zero, gaps, np.inf)))
+    unmasked = np.arange(ZERO_N) > 0  # key 0 holds the row's top score
+    first = float(np.min(np.where(zero & unmasked, neg_log, np.inf)))
+    last = float(np.max(np.where(~zero & unmasked, neg_log, -np.inf)))
     exhibit("zero-weight-threshold", "table", {
-        "columns": ["implementation", "dtype", "first score gap giving an exact 0", "window of -log P"],
-        "rows": [[variant.name, variant.dtype, f"{first:.2f}" if np.isfinite(first) else "none up to "
-                  f"{float(gaps.max()):.1f}", f"[{lowest:.1f}, {highest:.1f}]"]],
-    }, caption="Softmax of finite scores is never 0: an exact 0 (the 四不像 frog's) first appears where the "
-               "score gap makes e^-gap underflow in the implementation's dtype.")
+        "columns": ["implementation", "dtype", "largest -log P still nonzero", "first -log P giving an exact 0",
+                    "predicted window of the first 0"],
+        "rows": [[variant.name, variant.dtype, f"{last:.2f}",
+                  f"{first:.2f}" if np.isfinite(first) else f"none up to {float(neg_log.max()):.1f}",
+                  f"[{lowest:.1f}, {highest:.1f}]"]],
+    }, caption="Softmax of finite scores is never 0: an exact 0 (the 四不像 frog's) first appears where the score "
+               "gap (-log P = gap + log Z, Z ~ 1 there) makes the weight underflow in the implementation's dtype.")
     if np.any(early):
         where = tuple(int(x) for x in np.argwhere(early)[0])
         trial.fail("a weight is exactly 0 though no mask hides it and its exact value is far above underflow",
