@@ -70,17 +70,21 @@ def test_scores_are_non_negative_like_mutual_information(n, d, seed):
         f"score -KL = {scores.min():.3g} < 0, but a mutual information is never negative")
 
 
+def expect_one_row_per_query(fn, n_q: int, n_k: int, d: int, seed: int) -> None:
+    """fn(query, key, value) (torch, 2-D) on probability-vector keys must return n_q rows of d_v = 3."""
+    p = build(n_q=n_q, n_k=n_k, d=d, d_v=3, seed=seed)
+    args = (p.q[0, 0], _distributions(p.k[0, 0]), p.v[0, 0])
+    out = fn(*(torch.from_numpy(x) for x in args)).numpy()
+    assert out.shape == (n_q, 3), (
+        f"returns {out.shape[0]} rows (one per key) for {n_q} queries: the weights are key-by-key, "
+        f"softmax(-KL(k_i || k_j)) of shape ({n_k}, {n_k})")
+
+
 @checks("information-output-has-key-rows", subject=SUBJECT)
 @given(n_q=st.integers(1, 8), n_k=st.integers(2, 8), d=st.integers(2, 8), seed=st.integers(0, 2**32 - 1))
 def test_output_has_one_row_per_query(n_q, n_k, d, seed):
     """On probability-vector keys (where the code runs) with n_q != n_k, the output must have n_q rows."""
-    if n_q == n_k:
-        n_q += 1
-    p = build(n_q=n_q, n_k=n_k, d=d, d_v=3, seed=seed)
-    out = _run(p.q[0, 0], _distributions(p.k[0, 0]), p.v[0, 0])
-    assert out.shape == (n_q, 3), (
-        f"returns {out.shape[0]} rows (one per key) for {n_q} queries: the weights are key-by-key, "
-        f"softmax(-KL(k_i || k_j)) of shape ({n_k}, {n_k})")
+    expect_one_row_per_query(information_theoretic_attention, n_q + (n_q == n_k), n_k, d, seed)
 
 
 def _entropy_regularised_score(p: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -169,10 +173,16 @@ def test_softmax_weights_reach_the_largest_mutual_information(n_q, n_k, d, seed)
     from specs.reference import attention
 
     p = build(n_q=n_q, n_k=n_k, d=d, seed=seed)
-    weights = attention(p.q, p.k, p.v).weights[0, 0]
+    expect_largest_mutual_information(attention(p.q, p.k, p.v).weights[0, 0], "the softmax weights")
+
+
+def expect_largest_mutual_information(weights: np.ndarray, what: str) -> None:
+    """I(i; J) of `weights` (n_q x n_k rows) is the largest over row-stochastic matrices: that of the most balanced
+    one-hot assignment, within two float64 entropy allowances."""
+    n_q, n_k = weights.shape
     largest = _mutual_information(np.eye(n_k)[np.arange(n_q) % n_k])
     mi = _mutual_information(weights)
     slack = difference_allowance(entropy_allowance(n_k), entropy_allowance(n_k))
     assert mi >= largest - slack.bound, (
-        f"mutual information I(i; J) of the softmax weights ({mi:.4g} nats, {n_q} queries x {n_k} keys) is below "
+        f"mutual information I(i; J) of {what} ({mi:.4g} nats, {n_q} queries x {n_k} keys) is below "
         f"{largest:.4g}, which one-hot rows on balanced distinct keys attain")

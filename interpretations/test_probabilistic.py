@@ -83,7 +83,7 @@ def test_output_is_expectation_of_values_under_weights(variant):
         trial.expect_close(out, sample_mean, Allowance(radius + allowance.bound, "Bernstein radius + allowance"),
                            what="out", versus=f"the mean of {n} values drawn from the implementation's own weights")
         errors.append(float(np.max(np.abs(sample_mean - out))))
-        radii.append(float(np.max(radius)))
+        radii.append(float(np.max(radius + allowance.bound)))
         standard_errors.append(float(np.sqrt(variance.max() / n)))
     uniform = np.broadcast_to(values.mean(axis=-2, keepdims=True), out.shape)
     assert np.any(np.abs(uniform - running[..., -1, :] / DRAWS) > radius), \

@@ -627,15 +627,19 @@ def weights_entropy_allowance(weights_allowance: Allowance, exact_weights: np.nd
     - the mean value theorem: |phi(x) - phi(P_j)| <= a_j max |log t + 1| over t in [P_j - a_j, P_j + a_j] (an
       endpoint, log being monotone), finite when the interval stays above 0;
     - Fannes' inequality: |phi(x) - phi(y)| <= phi(|x - y|) for |x - y| <= 1/2 (phi concave, phi(0) = 0), so
-      phi(min(a_j, 1/e)) (phi increases up to 1/e), and 1/e (phi's maximum on [0, 1]) for a_j > 1/2.
+      phi(min(a_j, 1/e)) (phi increases up to 1/e), and 1/e (phi's maximum on [0, 1]) for a_j > 1/2; where
+      P_j + a_j > 1, phi's range on [0, P_j + a_j].
     Summed over the row, plus entropy_allowance(n_k) for the float64 evaluation's own rounding.
     """
     a = np.broadcast_to(np.asarray(weights_allowance.bound, dtype=np.float64), exact_weights.shape)
-    low, high = exact_weights - a, np.minimum(exact_weights + a, 1.0)
+    low, high = exact_weights - a, exact_weights + a
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = np.maximum(np.abs(np.log(np.where(low > 0, low, 1.0)) + 1), np.abs(np.log(high) + 1))
     mean_value = np.where(low > 0, a * slope, np.inf)
-    fannes = np.where(a <= 0.5, _entropy_term(np.minimum(a, 1 / math.e)), 1 / math.e)
+    # Fannes inside [0, 1]; a weight that may exceed 1 (W is not yet known to be a distribution): phi's range on
+    # [0, high], 1/e + high log high
+    fannes = np.where(high <= 1.0, np.where(a <= 0.5, _entropy_term(np.minimum(a, 1 / math.e)), 1 / math.e),
+                      1 / math.e + high * np.log(np.maximum(high, 1.0)))
     n = exact_weights.shape[-1]
     per_row = np.minimum(mean_value, fannes).sum(axis=-1, keepdims=True) + entropy_allowance(n).bound
     return Allowance(per_row, f"entropy of weights within ({weights_allowance.rule}): sum_j min(MVT, Fannes) "
