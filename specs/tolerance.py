@@ -589,9 +589,9 @@ def temperature_limit(scores: np.ndarray, limit: str) -> tuple[np.ndarray, Allow
     analytic bound on |softmax(S) - limit| for these finite scores S (-inf where masked; rows with a visible key).
 
     cold: with m_i the row's top score, t_i the number of keys that tie at it exactly and g_ij = m_i - S_ij,
-      a tied key's weight is 1 / (t + sum_{j untied} e^-g_ij), within (n - t) e^-g / t^2 of 1/t (g the
-      smallest untied gap), and an untied key's weight is at most e^-g_ij / t: the limit splits the row's
-      weight equally among its ties (argmax attention) and gives every other key 0.
+      a tied key's weight is 1 / (t + x), x = sum_{j untied} e^-g_ij, within x / t^2 of 1/t (1/t - 1/(t + x)
+      <= x / t^2), and an untied key's weight is at most e^-g_ij / t: the limit splits the row's weight
+      equally among its ties (argmax attention) and gives every other key 0.
     hot: with r_i the spread of the row's visible scores, every visible weight lies in [e^-r / n, e^r / n],
       within (e^r - 1) / n of 1/n: the limit is uniform over the n visible keys, 0 on masked ones.
     """
@@ -602,10 +602,10 @@ def temperature_limit(scores: np.ndarray, limit: str) -> tuple[np.ndarray, Allow
         gaps = np.where(visible, top - np.where(visible, scores, 0.0), np.inf)
         tied = gaps == 0
         t = tied.sum(axis=-1, keepdims=True)
-        smallest = np.min(np.where(tied, np.inf, gaps), axis=-1, keepdims=True)
-        with np.errstate(over="ignore"):
-            bound = np.where(tied, (n - t) * np.exp(-smallest) / t**2, np.exp(-gaps) / t)
-        return tied / t, Allowance(bound, "cold limit: (n - t) e^-g / t^2 on the t tied keys, e^-g_j / t elsewhere")
+        untied = np.sum(np.where(tied, 0.0, np.exp(-gaps)), axis=-1, keepdims=True)
+        bound = np.where(tied, untied / t**2, np.exp(-gaps) / t)
+        return tied / t, Allowance(bound, "cold limit: sum_untied e^-g_j / t^2 on the t tied keys, e^-g_j / t "
+                                          "elsewhere")
     if limit == "hot":
         bottom = np.min(np.where(visible, scores, np.inf), axis=-1, keepdims=True)
         bound = np.where(visible, np.expm1(top - bottom) / n, 0.0)
