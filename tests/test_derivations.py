@@ -24,6 +24,7 @@ from harness.repro import repro_snippet
 from harness.trial import Trial
 from impls.registry import Variant, load_impl
 from interpretations import test_geometric as geometric
+from interpretations import test_probabilistic as probabilistic
 from properties import test_dropout as dropout
 from properties import test_formula as formula
 from properties import test_gradients as gradients
@@ -75,6 +76,10 @@ PROPERTIES = [
     (geometric.test_dot_product_ranks_like_distance, TILED, "float64"),
     (gradients.test_fully_masked_rows_have_zero_gradients, TILED, "float64"),
     (dropout.test_dropout_output_is_unbiased, FLASH, "float64"),
+    (probabilistic.test_large_scale_gives_argmax_with_ties_split, TILED, "float64"),
+    (probabilistic.test_small_scale_gives_mean_of_visible_values, TILED, "float64"),
+    (probabilistic.test_entropy_falls_as_scale_grows, SQUARE, "float64"),
+    (probabilistic.test_exact_zero_only_where_the_dtype_underflows, TILED, "float64"),
 ]
 CALLS: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # inputs of recorded_positional_bias, in call order
 
