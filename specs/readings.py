@@ -33,7 +33,8 @@ READINGS = (
             "under it; temperature moves it from the mean of the values (scale -> 0) to the argmax (scale -> "
             "infinity).",
             ("attention-is-expectation", "attention-optimal-linear-approximation", "complete-graph-positive-weights",
-             "weights-in-unit-interval", "rows-sum-to-one", "softmax-temperature")),
+             "weights-in-unit-interval", "rows-sum-to-one", "softmax-temperature", "scale-to-infinity-is-argmax",
+             "scale-to-zero-is-mean", "entropy-falls-with-scale", "siwuxiang-zero-needs-mask-or-underflow")),
     Reading("geometric", "Geometric: similarity, distance and the convex hull",
             "The dot product is a similarity (a cosine on unit vectors); the output lies in the convex hull of "
             "the visible values, and the weights are unchanged by whatever leaves every q.k_j - q.k_l unchanged.",
@@ -44,7 +45,9 @@ READINGS = (
     Reading("information", "Information-theoretic",
             "A softmax row is the distribution that maximises expected score plus entropy; the seed's KL code "
             "and its mutual-information sentence are checked as written.",
-            ("information-code-finite", "information-weights-from-query", "negative-kl-is-mutual-information")),
+            ("information-code-finite", "information-weights-from-query", "negative-kl-is-mutual-information",
+             "softmax-maximises-entropy-regularised-score", "weights-maximise-mutual-information",
+             "information-output-has-key-rows")),
     Reading("differential", "Differential-geometric",
             "What survives of 'local coordinate systems' is invariance under one orthogonal change of basis "
             "applied to q and k; the seed's SVD code cancels its key.",
