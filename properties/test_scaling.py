@@ -170,31 +170,52 @@ def _curve(rows: dict[int, FlatRows], field: str) -> dict:
     return {"x": list(FLAT_GRID), "y": [float(np.mean(getattr(rows[d], field))) for d in FLAT_GRID]}
 
 
-@checks("scale-keeps-softmax-flat", "unscaled-softmax-saturates")
+_FLAT_ROWS: dict[str, tuple[dict[int, FlatRows], dict[int, FlatRows]]] = {}
+
+
+def flat_rows(variant) -> tuple[dict[int, FlatRows], dict[int, FlatRows]]:
+    """The implementation's rows at every d_k of FLAT_GRID, scaled and unscaled (computed once per variant, shared by
+    the two properties below, and shown as the exhibits entropy-vs-dk and jacobian-vs-dk)."""
+    if variant.name not in _FLAT_ROWS:
+        scaled = {d: _observed_rows(variant, flat_problem(variant, d, True)) for d in FLAT_GRID}
+        unscaled = {d: _observed_rows(variant, flat_problem(variant, d, False)) for d in FLAT_GRID}
+        for name, field, label in (("entropy-vs-dk", "entropy", "mean row entropy (nats)"),
+                                   ("jacobian-vs-dk", "jacobian", "mean ||diag(p) - p p^T||_F")):
+            exhibit(name, "curves", {"x_label": "d_k", "y_label": label, "log_x": True,
+                                     "series": {"scaled": _curve(scaled, field), "unscaled": _curve(unscaled, field)}},
+                    caption=f"The {label} of the implementation's weights stays level with the 1/sqrt(d_k) scale "
+                            f"and falls towards 0 without it ({FLAT_ROWS} rows of {FLAT_KEYS} keys per d_k).")
+        _FLAT_ROWS[variant.name] = scaled, unscaled
+    return _FLAT_ROWS[variant.name]
+
+
+def _coupled_oracle_problems() -> dict[int, Problem]:
+    return {d: coupled_scores(FLAT_ROWS, FLAT_KEYS, d, FLAT_SEED) for d in FLAT_GRID}
+
+
+@checks("scale-keeps-softmax-flat")
 def test_softmax_jacobian_does_not_vanish_as_d_grows(variant):
-    """Mean row entropy and mean softmax-Jacobian norm of the implementation's weights against d_k, with the
-    default scale and with scale 1, on examples.coupled_scores (FLAT_ROWS rows of FLAT_KEYS keys per d_k)."""
-    scaled = {d: _observed_rows(variant, flat_problem(variant, d, True)) for d in FLAT_GRID}
-    unscaled = {d: _observed_rows(variant, flat_problem(variant, d, False)) for d in FLAT_GRID}
-    for name, field, label in (("entropy-vs-dk", "entropy", "mean row entropy (nats)"),
-                               ("jacobian-vs-dk", "jacobian", "mean ||diag(p) - p p^T||_F")):
-        exhibit(name, "curves", {"x_label": "d_k", "y_label": label, "log_x": True,
-                                 "series": {"scaled": _curve(scaled, field), "unscaled": _curve(unscaled, field)}},
-                caption=f"The {label} of the implementation's weights stays level with the 1/sqrt(d_k) scale and "
-                        f"falls towards 0 without it ({FLAT_ROWS} rows of {FLAT_KEYS} keys per d_k).")
-    trial = Trial(variant, flat_problem(variant, FLAT_GRID[-1], True))
+    """With the default scale, the mean row entropy and mean softmax-Jacobian norm of the implementation's weights
+    are level across d_k (examples.coupled_scores: FLAT_ROWS rows of FLAT_KEYS keys per d_k)."""
+    scaled, _ = flat_rows(variant)
     failures = constancy_failures(scaled)
     if failures:
-        trial.fail("the scaled softmax does not stay in one region as d_k grows", details=tuple(failures),
-                   claim="scale-keeps-softmax-flat")
+        Trial(variant, flat_problem(variant, FLAT_GRID[-1], True)).fail(
+            "the scaled softmax does not stay in one region as d_k grows", details=tuple(failures))
+    wrong = {d: _formula_rows(p, 1 / d) for d, p in _coupled_oracle_problems().items()}
+    assert constancy_failures(wrong), "no power: the constancy check accepts a 1/d_k scale"
+
+
+@checks("unscaled-softmax-saturates")
+def test_unscaled_softmax_saturates_as_dk_grows(variant):
+    """With scale = 1 (or q * sqrt(d_k) where there is no `scale`), the mean row entropy and mean softmax-Jacobian
+    norm of the implementation's weights fall towards 0 as d_k grows (the thresholds: FLAT_GRID's comment)."""
+    scaled, unscaled = flat_rows(variant)
     failures = saturation_failures(scaled, unscaled)
     if failures:
-        trial.fail("without the scale the softmax does not saturate as d_k grows", flat_problem(
-            variant, FLAT_GRID[-1], False), details=tuple(failures), claim="unscaled-softmax-saturates")
-    problems = {d: coupled_scores(FLAT_ROWS, FLAT_KEYS, d, FLAT_SEED) for d in FLAT_GRID}
-    assert constancy_failures({d: _formula_rows(p, 1 / d) for d, p in problems.items()}), \
-        "no power: the constancy check accepts a 1/d_k scale"
-    exact = {d: _formula_rows(p, None) for d, p in problems.items()}
+        Trial(variant, flat_problem(variant, FLAT_GRID[-1], False)).fail(
+            "without the scale the softmax does not saturate as d_k grows", details=tuple(failures))
+    exact = {d: _formula_rows(p, None) for d, p in _coupled_oracle_problems().items()}
     assert saturation_failures(exact, exact), "no power: the saturation check accepts scores that ignore scale=1"
 
 
