@@ -9,26 +9,26 @@ implementation's weights through one-hot values.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.exhibits import exhibit
 from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, check_against_oracle, problems_for
-from specs.examples import gaussian_queries
+from specs.examples import coupled_scores, gaussian_queries
+from specs.problems import Problem
 from specs.reference import attention
-from specs.statistics import ALPHA, hoeffding_radius, unit_normal_variance_pvalue
+from specs.statistics import ALPHA, unit_normal_variance_pvalue
 from specs.strategies import SCALES
+from specs.tolerance import Allowance, jacobian_norm_allowance, row_entropy_allowance
 
 VARIANCE_SAMPLES = 2000
-# Hoeffding radius t = 0.052 at ALPHA. E J (measured on 2e4 samples): scaled 0.362 at d = 8 and 0.366 at
-# d = 128; unscaled 0.306 and 0.113. With every mean within t of its expectation, the scaled data give
-# mean(128) - t >= 0.262 > 0.233 >= (mean(8) + t) / 2, and the unscaled ones
-# mean(128) - t <= 0.113 < 0.153 <= (mean(8) + t) / 2: the test accepts one and rejects the other.
-FLAT_SAMPLES = 4000
+SPREAD_SAMPLES = 2000
 
 
 def _first_query_weights(variant, problem):
@@ -58,31 +58,183 @@ def test_scaled_scores_have_unit_variance(variant, d):
     assert unscaled_p < ALPHA, f"no power: the test cannot tell scaled from unscaled scores at d={d}"
 
 
-def _mean_jacobian_norm(weights: np.ndarray) -> float:
-    """Mean over rows of ||diag(p) - p p^T||_F, a number in [0, 1]."""
-    squares = np.sum(weights**2, axis=-1)
-    frob = squares - 2 * np.sum(weights**3, axis=-1) + squares**2
-    return float(np.mean(np.sqrt(np.maximum(frob, 0.0))))
+def row_entropy(weights: np.ndarray) -> np.ndarray:
+    """H(p) = -sum_j p_j log p_j of each row (last axis), 0 log 0 = 0; keepdims."""
+    p = np.clip(weights, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1, keepdims=True)
 
 
-def _not_collapsed(small_d: np.ndarray, large_d: np.ndarray) -> bool:
-    """Reject 'the softmax saturates' when E J(large d) >= E J(small d) / 2 with confidence 1 - ALPHA."""
-    t = hoeffding_radius(FLAT_SAMPLES)
-    return _mean_jacobian_norm(large_d) - t > (_mean_jacobian_norm(small_d) + t) / 2
+def row_jacobian_norm(weights: np.ndarray) -> np.ndarray:
+    """||diag(p) - p p^T||_F of each row (last axis), from the n x n matrix; keepdims. In [0, 1/2] on the simplex:
+    J^2 = S2 - 2 S3 + S2^2 <= S2 - S3 = sum p_j^2 (1 - p_j) <= 1/4, as S2^2 <= S3 (Cauchy-Schwarz)."""
+    jacobian = weights[..., :, None] * (np.eye(weights.shape[-1]) - weights[..., None, :])
+    return np.sqrt(np.sum(jacobian**2, axis=(-2, -1)))[..., None]
+
+
+# The flat region, quantified (seed 000 § 具体过程, seed 003 § 第一个概念). On examples.coupled_scores the scaled
+# scores are the same N(0, 1) numbers z at every d_k, and the unscaled ones are sqrt(d_k) z; per row, entropy
+# falls strictly as the temperature does (dH/dbeta = -beta Var_p(z) < 0 for softmax(beta z)). Expectations over
+# z for n_k = 4 keys (2e5 rows): H = 1.114 and J = 0.403 scaled; unscaled at d_k = 4, 16, 64, 256
+# H = 0.771, 0.431, 0.218, 0.108 and J = 0.320, 0.207, 0.117, 0.062; with 1/d_k in place of 1/sqrt(d_k) the
+# "scaled" H = 1.301, 1.363, 1.380, 1.385 (it rises: caught by the constancy check). Rows are iid, so by
+# Hoeffding (range 4 log(4)/3 for H_s/3 - H_u, 3/4 for J_s/2 - J_u, 1 for J_u(4) - J_u(256)) a correct
+# implementation misses the saturation criteria with probability <= exp(-2 R m^2 / range^2) for the expected
+# margins m = 0.263, 0.140, 0.258: exp(-41), exp(-71), exp(-136) at R = 1024, far below ALPHA.
+FLAT_GRID = (4, 16, 64, 256)
+FLAT_ROWS = 1024
+FLAT_KEYS = 4
+FLAT_SEED = 30_000
+
+
+@dataclass(frozen=True)
+class FlatRows:
+    """Per-row statistics of the weights at one d_k: the implementation's, the oracle's, and their allowances."""
+
+    entropy: np.ndarray
+    jacobian: np.ndarray
+    oracle_entropy: np.ndarray
+    oracle_jacobian: np.ndarray
+    entropy_allowance: np.ndarray
+    jacobian_allowance: np.ndarray
+
+    @classmethod
+    def of(cls, weights: np.ndarray, oracle: np.ndarray, allowance: Allowance) -> FlatRows:
+        bounded = Allowance(np.broadcast_to(allowance.bound, oracle.shape), allowance.rule)
+        return cls(row_entropy(weights), row_jacobian_norm(weights), row_entropy(oracle), row_jacobian_norm(oracle),
+                   row_entropy_allowance(oracle, bounded).bound, jacobian_norm_allowance(oracle, bounded).bound)
+
+
+def flat_problem(variant, d: int, scaled: bool) -> Problem:
+    """examples.coupled_scores at d; unscaled: scale=1.0, or q * sqrt(d) for implementations without `scale`."""
+    problem = coupled_scores(FLAT_ROWS, FLAT_KEYS, d, FLAT_SEED, 1 if variant.capabilities.cross else FLAT_KEYS)
+    if scaled:
+        return problem
+    return problem.derive("p = p.replace(scale=1.0)") if variant.capabilities.scale else problem.scale_queries(
+        math.sqrt(d))
+
+
+def _observed_rows(variant, problem: Problem) -> FlatRows:
+    observed = observe_weights(Trial(variant, problem))
+    bound = np.broadcast_to(observed.allowance.bound, observed.weights.shape)
+    return FlatRows.of(observed.weights[:, 0, 0], observed.oracle.weights[:, 0, 0],
+                       Allowance(bound[:, 0, 0], observed.allowance.rule))
+
+
+def _formula_rows(problem: Problem, scale: float | None) -> FlatRows:
+    """Rows of a wrong formula (softmax with `scale`) judged against the oracle's default scale, exactly:
+    the power demonstrations."""
+    def weights(s: float | None) -> np.ndarray:
+        return attention(problem.q[:, :, :1], problem.k, problem.k[..., :1], scale=s).weights[:, 0, 0]
+    return FlatRows.of(weights(scale), weights(None), Allowance(0.0, "exact"))
+
+
+def constancy_failures(rows: dict[int, FlatRows]) -> list[str]:
+    """Scaled: the mean entropy and Jacobian norm at every d_k equal those at the smallest d_k, up to the
+    allowances propagated from the weights' (and the oracles' own difference, from inputs rounded in the dtype)."""
+    first, failures = rows[FLAT_GRID[0]], []
+    for d in FLAT_GRID[1:]:
+        for name, got, oracle, allowed in (("entropy", "entropy", "oracle_entropy", "entropy_allowance"),
+                                           ("Jacobian norm", "jacobian", "oracle_jacobian", "jacobian_allowance")):
+            gap = abs(np.mean(getattr(rows[d], got)) - np.mean(getattr(first, got)))
+            slack = (np.mean(getattr(rows[d], allowed)) + np.mean(getattr(first, allowed))
+                     + abs(np.mean(getattr(rows[d], oracle)) - np.mean(getattr(first, oracle))))
+            if not gap <= slack:
+                failures.append(f"scaled mean row {name} at d_k={d} differs from d_k={FLAT_GRID[0]} by {gap:.3g} "
+                                f"> allowed {slack:.3g}")
+    return failures
+
+
+def saturation_failures(scaled: dict[int, FlatRows], unscaled: dict[int, FlatRows]) -> list[str]:
+    """Unscaled: the mean entropy falls at every step of the grid, the mean Jacobian norm falls from the smallest
+    to the largest d_k, and at the largest they are below a third (entropy) and half (Jacobian) of the scaled."""
+    entropy = [float(np.mean(unscaled[d].entropy)) for d in FLAT_GRID]
+    jacobian = [float(np.mean(unscaled[d].jacobian)) for d in FLAT_GRID]
+    reference_entropy = float(np.mean(scaled[FLAT_GRID[0]].entropy))
+    reference_jacobian = float(np.mean(scaled[FLAT_GRID[0]].jacobian))
+    failures = [f"unscaled mean row entropy does not fall from d_k={a} to d_k={b}: {x:.4g} -> {y:.4g}"
+                for a, b, x, y in zip(FLAT_GRID, FLAT_GRID[1:], entropy, entropy[1:], strict=False) if not y < x]
+    if not jacobian[-1] < jacobian[0]:
+        failures.append(f"unscaled mean Jacobian norm does not fall: {jacobian[0]:.4g} at d_k={FLAT_GRID[0]}, "
+                        f"{jacobian[-1]:.4g} at d_k={FLAT_GRID[-1]}")
+    if not entropy[-1] < reference_entropy / 3:
+        failures.append(f"unscaled mean row entropy at d_k={FLAT_GRID[-1]} is {entropy[-1]:.4g}, not below a third "
+                        f"of the scaled {reference_entropy:.4g}")
+    if not jacobian[-1] < reference_jacobian / 2:
+        failures.append(f"unscaled mean Jacobian norm at d_k={FLAT_GRID[-1]} is {jacobian[-1]:.4g}, not below half "
+                        f"of the scaled {reference_jacobian:.4g}")
+    return failures
+
+
+def _curve(rows: dict[int, FlatRows], field: str) -> dict:
+    return {"x": list(FLAT_GRID), "y": [float(np.mean(getattr(rows[d], field))) for d in FLAT_GRID]}
+
+
+_FLAT_ROWS: dict[str, tuple[dict[int, FlatRows], dict[int, FlatRows]]] = {}
+
+
+def flat_rows(variant) -> tuple[dict[int, FlatRows], dict[int, FlatRows]]:
+    """The implementation's rows at every d_k of FLAT_GRID, scaled and unscaled (computed once per variant, shared by
+    the two properties below, and shown as the exhibits entropy-vs-dk and jacobian-vs-dk)."""
+    if variant.name not in _FLAT_ROWS:
+        scaled = {d: _observed_rows(variant, flat_problem(variant, d, True)) for d in FLAT_GRID}
+        unscaled = {d: _observed_rows(variant, flat_problem(variant, d, False)) for d in FLAT_GRID}
+        for name, field, label in (("entropy-vs-dk", "entropy", "mean row entropy (nats)"),
+                                   ("jacobian-vs-dk", "jacobian", "mean ||diag(p) - p p^T||_F")):
+            exhibit(name, "curves", {"x_label": "d_k", "y_label": label, "log_x": True,
+                                     "series": {"scaled": _curve(scaled, field), "unscaled": _curve(unscaled, field)}},
+                    caption=f"The {label} of the implementation's weights stays level with the 1/sqrt(d_k) scale "
+                            f"and falls towards 0 without it ({FLAT_ROWS} rows of {FLAT_KEYS} keys per d_k).")
+        _FLAT_ROWS[variant.name] = scaled, unscaled
+    return _FLAT_ROWS[variant.name]
+
+
+def _coupled_oracle_problems() -> dict[int, Problem]:
+    return {d: coupled_scores(FLAT_ROWS, FLAT_KEYS, d, FLAT_SEED) for d in FLAT_GRID}
 
 
 @checks("scale-keeps-softmax-flat")
 def test_softmax_jacobian_does_not_vanish_as_d_grows(variant):
-    samples = {d: gaussian_queries(samples=FLAT_SAMPLES, n_k=8, d=d, seed=30_000 + d) for d in (8, 128)}
-    weights = {d: _first_query_weights(variant, p)[0] for d, p in samples.items()}
-    if not _not_collapsed(weights[8], weights[128]):
-        trial = Trial(variant, samples[128])
-        trial.fail("the softmax saturates as d_k grows",
-                   details=(f"mean ||J||_F at d=8: {_mean_jacobian_norm(weights[8]):.3f}, "
-                            f"at d=128: {_mean_jacobian_norm(weights[128]):.3f} "
-                            f"(Hoeffding radius {hoeffding_radius(FLAT_SAMPLES):.3f})",))
-    unscaled = {d: attention(p.q, p.k, p.k[..., :1], scale=1.0).weights[:, 0, 0, :] for d, p in samples.items()}
-    assert not _not_collapsed(unscaled[8], unscaled[128]), "no power: the test misses unscaled saturation"
+    """With the default scale, the mean row entropy and mean softmax-Jacobian norm of the implementation's weights
+    are level across d_k (examples.coupled_scores: FLAT_ROWS rows of FLAT_KEYS keys per d_k)."""
+    scaled, _ = flat_rows(variant)
+    failures = constancy_failures(scaled)
+    if failures:
+        Trial(variant, flat_problem(variant, FLAT_GRID[-1], True)).fail(
+            "the scaled softmax does not stay in one region as d_k grows", details=tuple(failures))
+    wrong = {d: _formula_rows(p, 1 / d) for d, p in _coupled_oracle_problems().items()}
+    assert constancy_failures(wrong), "no power: the constancy check accepts a 1/d_k scale"
+
+
+@checks("unscaled-softmax-saturates")
+def test_unscaled_softmax_saturates_as_dk_grows(variant):
+    """With scale = 1 (or q * sqrt(d_k) where there is no `scale`), the mean row entropy and mean softmax-Jacobian
+    norm of the implementation's weights fall towards 0 as d_k grows (the thresholds: FLAT_GRID's comment)."""
+    scaled, unscaled = flat_rows(variant)
+    failures = saturation_failures(scaled, unscaled)
+    if failures:
+        Trial(variant, flat_problem(variant, FLAT_GRID[-1], False)).fail(
+            "without the scale the softmax does not saturate as d_k grows", details=tuple(failures))
+    exact = {d: _formula_rows(p, None) for d, p in _coupled_oracle_problems().items()}
+    assert saturation_failures(exact, exact), "no power: the saturation check accepts scores that ignore scale=1"
+
+
+@checks("unscaled-softmax-saturates")
+def test_score_spread_grows_with_dk_unless_scaled():
+    """The scores q.k behind the saturation (oracle, Gaussian q, k): their variance is d_k, so their spread grows
+    as sqrt(d_k); q.k / sqrt(d_k) keeps variance 1 (chi-square tests at ALPHA on SPREAD_SAMPLES scores)."""
+    samples = {}
+    for d in FLAT_GRID:
+        problem = gaussian_queries(samples=SPREAD_SAMPLES, n_k=1, d=d, seed=40_000 + d)
+        scores = np.sum(problem.q[:, 0, 0] * problem.k[:, 0, 0], axis=-1)
+        samples[f"d_k={d}, scaled"] = scores / math.sqrt(d)
+        samples[f"d_k={d}, unscaled"] = scores
+        assert unit_normal_variance_pvalue(scores / math.sqrt(d)) >= ALPHA, f"Var(q.k) is not d_k at d_k={d}"
+    assert unit_normal_variance_pvalue(samples[f"d_k={FLAT_GRID[-1]}, unscaled"]) < ALPHA, \
+        "no power: the test cannot tell variance d_k from 1"
+    exhibit("scores-vs-dk", "histograms", {"x_label": "score", "samples": samples},
+            caption="Scores of Gaussian q, k: q.k spreads as sqrt(d_k) (the softmax saturates), "
+                    "q.k / sqrt(d_k) keeps unit variance at every d_k.")
 
 
 @checks("explicit-softmax-scale")

@@ -1,7 +1,9 @@
 """Symmetries: permutations of queries, keys and heads; what position encodings break and keep.
 
 Seed 000 § 具体过程 (置换不变性, 全连接的GNN, 位置编码), seed 001 § 2.2 (并行计算,
-长距离依赖), seed 003 (RoPE).
+长距离依赖), seed 003 (RoPE, 在经过了位置编码之后; the causal mask, 一个句子的token，它毕竟是有时序的).
+The position properties run one fixed problem per implementation: 8 tokens of head dim 8 (one-hot values
+fit 8 keys even where d_v must equal d), tokens stored in ORDER, positions shifted by ROPE_SHIFT.
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ from hypothesis import strategies as st
 
 from harness.assertions import assert_within
 from harness.markers import checks
+from harness.repro import cast_line
 from harness.trial import Trial, problems_for
 from specs.positional import rotary_embedding, sinusoidal_encoding
-from specs.problems import build
-from specs.tolerance import difference_allowance, forward_allowance, rope_score_allowance
+from specs.problems import Problem, build
+from specs.tolerance import (
+    difference_allowance,
+    forward_allowance,
+    rope_score_allowance,
+    rotated_inputs_allowance,
+)
 
 
 def _permutation(data, n: int, label: str) -> np.ndarray:
@@ -108,3 +116,123 @@ def test_rope_scores_depend_on_offset_only(d_half, m, n, shift, seed):
     allowed = difference_allowance(rope_score_allowance(q, k, max(m, n)), rope_score_allowance(q, k, top))
     assert_within(np.asarray(shifted), np.asarray(score), allowed,
                   what=f"rotary score at positions ({m + shift}, {n + shift})", versus=f"the score at ({m}, {n})")
+
+
+TOKENS = 8
+HEAD_DIM = 8
+ORDER = [5, 2, 7, 0, 3, 6, 1, 4]  # tokens stored in this order: a permutation without fixed points
+ROPE_SHIFT = 1000
+POSITION_SEED = 60_000
+ROPE = "examples.rotary_embedding({x}, {positions})"
+
+
+def _tokens(variant, *, one_hot: bool) -> Problem:
+    """8 tokens (q, k, v) of one head; one_hot: values e_j, so the output is the weight matrix."""
+    d_v = TOKENS if one_hot and variant.capabilities.value_dim else HEAD_DIM
+    problem = build(batch=1, heads=1, heads_kv=1, n_q=TOKENS, n_k=TOKENS, d=HEAD_DIM, d_v=d_v, seed=POSITION_SEED)
+    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))") if one_hot else problem
+
+
+def _stored_in_order(problem: Problem) -> Problem:
+    return problem.derive(f"p = p.replace(q=p.q[:, :, {ORDER}], k=p.k[:, :, {ORDER}], v=p.v[:, :, {ORDER}])")
+
+
+def _rotated(problem: Problem, positions: str) -> Problem:
+    """RoPE applied as models apply it: to q and k (after the projections), at `positions` (code)."""
+    q, k = ROPE.format(x="p.q", positions=positions), ROPE.format(x="p.k", positions=positions)
+    return problem.derive(f"p = p.replace(q={q}, k={k})")
+
+
+def _rerun_script(variant, base: Problem, order: list[int], what: str) -> str:
+    """Repro lines after `out = fn(...)` on the moved problem: rebuild the base problem and print the gap."""
+    return "\n".join(["out_moved = as_float64(out)", *base.code().splitlines(), cast_line(variant.dtype),
+                      "out = as_float64(fn(q, k, v, **p.kwargs()))",
+                      f"print({what!r}, np.abs(out_moved - out[:, :, {order}]).max())"])
+
+
+def expect_same_up_to_order(variant, base: Problem, moved: Problem, *, what: str, versus: str,
+                            order: list[int] = ORDER) -> None:
+    """out(moved) = out(base)[order]: moved holds base's tokens stored in `order`, rotated at positions that
+    should give the same scores. Allowed: each output's allowance against its oracle, plus each oracle's distance
+    from the exact rotated inputs' (rotated_inputs_allowance: float64 rotations and the cast to the dtype)."""
+    trial = Trial(variant, base)
+    index = (slice(None), slice(None), order)
+    out, got = trial.call(base), trial.call(moved)
+    sides = []
+    for problem in (base, moved):
+        _, allowance = trial.oracle(problem)
+        rounding = rotated_inputs_allowance(problem.q, problem.k, problem.v, dtype=trial.dtype,
+                                            max_position=TOKENS + ROPE_SHIFT, **trial.oracle_kwargs(problem))
+        sides.append(allowance + rounding)
+    bound = difference_allowance(sides[1], sides[0].take(index))
+    trial.expect_close(got, out[index], bound, what=what, versus=versus, problem=moved,
+                       script=_rerun_script(variant, base, order, what))
+
+
+def expect_order_visible(variant, base: Problem, moved: Problem, *, what: str) -> None:
+    """A counterexample to permutation equivariance: out(moved) differs from out(base)[ORDER] somewhere by more
+    than the two outputs' allowances, where moved stores base's tokens in ORDER."""
+    trial = Trial(variant, base)
+    index = (slice(None), slice(None), ORDER)
+    out, got = trial.call(base), trial.call(moved)
+    (_, allowance), (_, moved_allowance) = trial.oracle(base), trial.oracle(moved)
+    gap = np.abs(got - out[index])
+    slack = difference_allowance(moved_allowance, allowance.take(index)).bound
+    if not np.any(gap > slack):
+        trial.fail(f"{what}: storing the tokens in another order only reordered the outputs, so the order of the "
+                   "tokens stayed invisible", moved,
+                   details=(f"largest |out(tokens in order {ORDER}) - out[{ORDER}]| {gap.max():.3g}, within "
+                            "the outputs' allowances everywhere",), script=_rerun_script(variant, base, ORDER, what))
+
+
+@checks("rope-relative-in-attention")
+def test_rope_attention_depends_on_relative_positions_only(variant):
+    """RoPE on q and k at positions 0..7, against the same tokens stored in ORDER at positions + ROPE_SHIFT
+    (rotated by ROPE_SHIFT after their own position: R(p + t) = R(t) R(p)): the weight matrices (one-hot values)
+    are the same, rows and columns following the tokens. A bias on where a key sits in the array, or any
+    absolute position, shows here."""
+    base = _rotated(_tokens(variant, one_hot=True), f"np.arange({TOKENS})")
+    moved = _rotated(_stored_in_order(base), f"np.full({TOKENS}, {ROPE_SHIFT})")
+    expect_same_up_to_order(variant, base, moved, what=f"weights(tokens in order {ORDER}, positions + {ROPE_SHIFT})",
+                            versus="the weights at positions 0..7, rows and columns following the tokens")
+
+
+@checks("rope-before-projections")
+def test_rope_on_embeddings_before_projections_depends_on_absolute_positions(variant):
+    """Seed 003's placement: RoPE rotates the embeddings x, then W_Q, W_K (seeded Gaussian, which do not commute
+    with the rotations) make q, k. If the scores depended on m - n only, shifting every position by ROPE_SHIFT
+    would leave the weights unchanged; it changes them."""
+    projected = ("w = np.random.default_rng({seed}).standard_normal((2, {d}, {d})) / {d} ** 0.5; "
+                 "x = examples.rotary_embedding(p.q, {positions}); p = p.replace(q=x @ w[0], k=x @ w[1])")
+    tokens = _tokens(variant, one_hot=True)
+    base, moved = (tokens.derive(projected.format(seed=POSITION_SEED, d=HEAD_DIM, positions=positions))
+                   for positions in (f"np.arange({TOKENS})", f"np.arange({TOKENS}) + {ROPE_SHIFT}"))
+    expect_same_up_to_order(variant, base, moved, order=list(range(TOKENS)),
+                            what=f"weights(positions + {ROPE_SHIFT}, RoPE on the embeddings before W_Q, W_K)",
+                            versus="the weights at positions 0..7")
+
+
+@checks("positional-encoding-breaks-symmetry")
+def test_rope_makes_token_order_visible(variant):
+    """RoPE at positions 0..7 on the tokens, and on the same tokens stored in ORDER (same positions 0..7)."""
+    tokens = _tokens(variant, one_hot=False)
+    base, moved = (_rotated(p, f"np.arange({TOKENS})") for p in (tokens, _stored_in_order(tokens)))
+    expect_order_visible(variant, base, moved, what="RoPE")
+
+
+@checks("positional-encoding-breaks-symmetry")
+def test_sinusoidal_encoding_makes_token_order_visible(variant):
+    """Self-attention on x + PE (sinusoidal, seed 000's 位置编码) for tokens x and for x stored in ORDER."""
+    encode = f"x = p.q + examples.sinusoidal_encoding({TOKENS}, {HEAD_DIM}); p = p.replace(q=x, k=x, v=x)"
+    tokens = _tokens(variant, one_hot=False)
+    base, moved = (p.derive(encode) for p in (tokens, _stored_in_order(tokens)))
+    expect_order_visible(variant, base, moved, what="sinusoidal encoding")
+
+
+@checks("causal-mask-breaks-equivariance")
+@pytest.mark.requires("causal")
+def test_causal_mask_makes_token_order_visible(variant):
+    """A causal mask on the tokens, and on the same tokens stored in ORDER."""
+    tokens = _tokens(variant, one_hot=False)
+    base, moved = (p.derive("p = p.replace(causal=True)") for p in (tokens, _stored_in_order(tokens)))
+    expect_order_visible(variant, base, moved, what="causal mask")

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from specs.positional import rotary_embedding, sinusoidal_encoding  # noqa: F401 (for problems' steps)
 from specs.problems import Problem, Recipe
 from specs.reference import merge_heads, split_heads
 
@@ -122,3 +123,23 @@ def project(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     return split_heads(x_q @ w_q, heads), split_heads(x_kv @ w_k, heads_kv), split_heads(x_kv @ w_v, heads_kv)
+
+
+def coupled_scores(rows: int, n_k: int, d: int, seed: int, n_q: int = 1) -> Problem:
+    """`rows` batch entries of one query (repeated n_q times) against n_k keys, whose scaled scores
+    q.k_j / sqrt(d) are the same N(0, 1) numbers z (drawn from `seed` alone) for every d.
+
+    q = sqrt(d) u with u uniform on the unit sphere (unit-variance coordinates, |q|^2 = d exactly) and
+    k_j = z_j u + (I - u u^T) g_j with g_j ~ N(0, I_d): given u, k_j ~ N(0, I_d), independent of q. So at
+    each d the pair (q, k) is the textbook model, and across d the scaled scores are common random numbers
+    (seed 000 § 具体过程, seed 003 § 第一个概念: what changes with d_k is only the unscaled q.k = sqrt(d) z).
+    """
+    z = np.random.default_rng(seed).standard_normal((rows, 1, 1, n_k))
+    rng = np.random.default_rng([seed, d])
+    u = rng.standard_normal((rows, 1, 1, d))
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)
+    g = rng.standard_normal((rows, 1, n_k, d))
+    k = z.swapaxes(-1, -2) * u + g - (g @ u.swapaxes(-1, -2)) * u
+    q = np.repeat(math.sqrt(d) * u, n_q, axis=2)
+    v = np.zeros((rows, 1, n_k, 1))
+    return _problem(q, k, v, f"coupled_scores({rows}, {n_k}, {d}, {seed}, {n_q})")

@@ -61,11 +61,12 @@ READINGS = (
     Reading("scaling", "Scaling: why divide by sqrt(d_k)",
             "Unscaled scores grow like sqrt(d_k), softmax saturates, its Jacobian vanishes; the scale keeps the "
             "entropy and the gradient of the weights roughly constant in d_k.",
-            ("sqrt-dk-variance", "scale-keeps-softmax-flat", "explicit-softmax-scale")),
+            ("sqrt-dk-variance", "scale-keeps-softmax-flat", "unscaled-softmax-saturates", "explicit-softmax-scale")),
     Reading("position", "Position: what breaks permutation symmetry",
             "Without positions attention is permutation-equivariant; RoPE applied to q and k after the "
             "projections makes scores depend only on m - n, while sinusoidal encodings and causal masks break "
             "the symmetry.",
             ("permutation-equivariance", "permutation-invariance-literal", "positional-encoding-breaks-symmetry",
-             "rope-relative-positions")),
+             "rope-relative-positions", "rope-relative-in-attention", "rope-before-projections",
+             "causal-mask-breaks-equivariance")),
 )

@@ -721,3 +721,70 @@ def underflow_gap_window(dtype: np.dtype | str) -> tuple[float, float]:
     lowest = -math.log(2 * max(float(out.tiny), float(inner.tiny)))
     highest = math.log(4) - math.log(float(out.smallest_subnormal))
     return lowest, highest
+
+def _entropy_term_bound(p: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """max |eta(w) - eta(p)| over |w - p| <= a, w in [0, 1], for eta(x) = -x log x (elementwise)."""
+    a = np.broadcast_to(a, p.shape)
+    low, high = p - a, np.minimum(p + a, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.maximum(np.abs(1 + np.log(np.where(low > 0, low, 1.0))), np.abs(1 + np.log(high)))
+        inside = a * slope
+        near_zero = np.where(2 * a < 1 / math.e, -2 * a * np.log(np.maximum(2 * a, np.finfo(float).tiny)), 1 / math.e)
+    return np.where(low > 0, inside, near_zero)
+
+
+def row_entropy_allowance(exact_weights: np.ndarray, weights_allowance: Allowance) -> Allowance:
+    """Allowed |H(w) - H(p)| per row (..., 1) when |w_j - p_j| <= a_j, H(p) = -sum_j p_j log p_j in float64.
+
+    eta(x) = -x log x has eta'(x) = -(1 + log x), monotone, so on [p - a, p + a] inside (0, 1] the mean value
+    theorem gives |eta(w) - eta(p)| <= a max(|1 + log(p - a)|, |1 + log(p + a)|). Where p <= a, both w and p
+    lie in [0, 2a] and eta is increasing on [0, 1/e]: |eta(w) - eta(p)| <= eta(min(2a, 1/e)). Summed over the
+    row, plus entropy_allowance(n) for evaluating H in float64.
+    """
+    terms = _entropy_term_bound(exact_weights, np.asarray(weights_allowance.bound, dtype=np.float64))
+    n = exact_weights.shape[-1]
+    return Allowance(terms.sum(axis=-1, keepdims=True) + entropy_allowance(n).bound,
+                     "row entropy of weights within their allowance a: sum_j a_j max|1 + log x| on [p-a, p+a] "
+                     "(or eta(2a) where p <= a) + float64 entropy")
+
+
+def jacobian_norm_allowance(exact_weights: np.ndarray, weights_allowance: Allowance) -> Allowance:
+    """Allowed |J(w) - J(p)| per row (..., 1), J(p) = ||diag(p) - p p^T||_F, when |w_j - p_j| <= a_j.
+
+    |J(w) - J(p)| <= ||diag(D) - (D p^T + p D^T + D D^T)||_F <= |D| (1 + 2 |p| + |D|) with D = w - p and
+    |D| <= |a| (Euclidean norms of the row); evaluating J in float64 from the n x n matrix adds at most
+    SAFETY (n + 4) u per row (each entry p_i p_j or p_i - p_i^2 to 2u relative, the sum of n^2 squares
+    gamma_{n^2}, and J <= 1/2).
+    """
+    a = np.linalg.norm(np.broadcast_to(np.asarray(weights_allowance.bound, dtype=np.float64),
+                                       exact_weights.shape), axis=-1, keepdims=True)
+    p = np.linalg.norm(exact_weights, axis=-1, keepdims=True)
+    n = exact_weights.shape[-1]
+    rounding = SAFETY * (n * n + 4) * unit_roundoff(np.float64)
+    return Allowance(a * (1 + 2 * p + a) + rounding,
+                     "softmax Jacobian norm of weights within their allowance a: |a| (1 + 2|p| + |a|) "
+                     "+ float64 evaluation 2(n^2+4)u")
+
+
+def rotated_inputs_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, dtype: np.dtype | str,
+                             max_position: int, **kwargs) -> Allowance:
+    """Allowed |oracle(q~, k~, v) - oracle(q*, k*, v)| where q*, k* are rotary-encoded inputs in exact arithmetic,
+    q, k their float64 evaluation (rotations by positions <= max_position, possibly composed or followed by a
+    d x d projection) and q~, k~ those cast to `dtype`, as an implementation receives them.
+
+    Per score: the cast moves q.k by at most (2u + u^2) (|q| |k|^T)_ij; the float64 rotations by at most
+    (4 max_position + d + 7) u64 |q| |k| (rope_score_allowance), a projection by gamma_d on each side, so
+    2 (d + 1) u64 |q| |k| more. The worst score error of each row, times |scale|, through the first-order bound
+    of score_perturbation_allowance (float64 softmax(S + E) V).
+    """
+    d = q.shape[-1]
+    u, u64 = unit_roundoff(dtype), unit_roundoff(np.float64)
+    magnitude = np.abs(q) @ np.abs(k).swapaxes(-1, -2)
+    norms = np.linalg.norm(q, axis=-1)[..., :, None] * np.linalg.norm(k, axis=-1)[..., None, :]
+    scale = kwargs.get("scale")
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    error = abs(scale) * ((2 * u + u * u) * magnitude + (4 * max_position + 3 * d + 9) * u64 * norms)
+    received = tuple(x.astype(numpy_dtype(dtype)).astype(np.float64) for x in (q, k, v))
+    bound = score_perturbation_allowance(*received, error.max(axis=-1, keepdims=True), **kwargs)
+    return Allowance(bound.bound, f"rotary inputs rounded (positions <= {max_position}) and cast to {dtype}")
+

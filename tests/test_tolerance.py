@@ -177,6 +177,10 @@ def _every_allowance() -> dict[str, Allowance]:
                                                                                  result.out, own),
         "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
         "value_shift_allowance": tolerance.value_shift_allowance(10.0),
+        "row_entropy_allowance": tolerance.row_entropy_allowance(result.weights, allowance.largest()),
+        "jacobian_norm_allowance": tolerance.jacobian_norm_allowance(result.weights, allowance.largest()),
+        "rotated_inputs_allowance": tolerance.rotated_inputs_allowance(p.q, p.k, p.v, dtype="float16",
+                                                                       max_position=10),
         "gradient_allowance": tolerance.gradient_allowance(p.q, p.k, p.v, rng.standard_normal(result.out.shape),
                                                            dtype="float32").allowances[0],
     }
