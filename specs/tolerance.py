@@ -722,6 +722,7 @@ def underflow_gap_window(dtype: np.dtype | str) -> tuple[float, float]:
     highest = math.log(4) - math.log(float(out.smallest_subnormal))
     return lowest, highest
 
+
 def _entropy_term_bound(p: np.ndarray, a: np.ndarray) -> np.ndarray:
     """max |eta(w) - eta(p)| over |w - p| <= a, w in [0, 1], for eta(x) = -x log x (elementwise)."""
     a = np.broadcast_to(a, p.shape)
