@@ -181,6 +181,11 @@ def _every_allowance() -> dict[str, Allowance]:
         "jacobian_norm_allowance": tolerance.jacobian_norm_allowance(result.weights, allowance.largest()),
         "rotated_inputs_allowance": tolerance.rotated_inputs_allowance(p.q, p.k, p.v, dtype="float16",
                                                                        max_position=10),
+        "affine_image_allowance": tolerance.affine_image_allowance(allowance, -1.5, result.out, 0.25),
+        "weights_entropy_allowance": tolerance.weights_entropy_allowance(allowance.largest(), result.weights),
+        "normalised_weights_allowance": tolerance.normalised_weights_allowance(allowance.largest(), result.weights),
+        "entropy_regularised_gap_allowance": tolerance.entropy_regularised_gap_allowance(
+            allowance.largest(), result.weights, result.weights, result.scores),
         "gradient_allowance": tolerance.gradient_allowance(p.q, p.k, p.v, rng.standard_normal(result.out.shape),
                                                            dtype="float32").allowances[0],
     }
