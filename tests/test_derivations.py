@@ -23,6 +23,8 @@ from harness.evidence import PropertyViolation
 from harness.repro import repro_snippet
 from harness.trial import Trial
 from impls.registry import Variant, load_impl
+from interpretations import test_bayesian as bayesian
+from interpretations import test_differential as differential
 from interpretations import test_geometric as geometric
 from interpretations import test_probabilistic as probabilistic
 from properties import test_dropout as dropout
@@ -46,6 +48,7 @@ SPLIT_KV = "impls.numpy_split_kv:split_kv_attention"  # float16: scores leave ex
 SQUARE = "tests.test_derivations:square_values_attention"
 FLASH = "impls.torch_flash_records:flash_tiled"  # takes dropout_p
 RECORDED = "tests.test_derivations:recorded_positional_bias"
+NO_SCALE = "tests.outside_impls:plain_qkv_only"  # without a scale keyword: properties fold the scale into q
 # (property, implementation, dtype): between them they reach every `.derive(` call site
 PROPERTIES = [
     (masking.test_changing_future_tokens_leaves_past_outputs, TILED, "float64"),
@@ -86,6 +89,13 @@ PROPERTIES = [
     (probabilistic.test_small_scale_gives_mean_of_visible_values, TILED, "float64"),
     (probabilistic.test_entropy_falls_as_scale_grows, SQUARE, "float64"),
     (probabilistic.test_exact_zero_only_where_the_dtype_underflows, TILED, "float64"),
+    (geometric.test_cosine_attention_is_the_implementation_on_unit_vectors, TILED, "float64"),
+    (geometric.test_cosine_attention_is_the_implementation_on_unit_vectors, NO_SCALE, "float64"),
+    (geometric.test_translating_every_key_changes_nothing, TILED, "float64"),
+    (geometric.test_affine_map_of_values_maps_outputs, TILED, "float64"),
+    (differential.test_rotating_queries_and_keys_together_changes_nothing, TILED, "float64"),
+    (differential.test_dual_change_of_basis_changes_nothing, TILED, "float64"),
+    (bayesian.test_log_prior_bias_gives_the_posterior_mean, TILED, "float64"),
 ]
 CALLS: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # inputs of recorded_positional_bias, in call order
 
