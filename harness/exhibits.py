@@ -57,3 +57,10 @@ def exhibit(name: str, kind: str, data: dict, *, caption: str) -> None:
     if running is None:
         return
     running.exhibits.append({"name": name, "kind": kind, "caption": caption, "data": _plain(data)})
+
+
+def record_headroom(name: str, reading: str, ratio: float, caption: str) -> None:
+    """One row of the `name` table: how close this implementation came to its allowance on `reading`
+    (error / allowed; below 1 passes, and a small ratio holds with room to spare)."""
+    exhibit(name, "table", {"columns": ["reading", "worst |error| / allowed"], "rows": [[reading, ratio]]},
+            caption=caption)

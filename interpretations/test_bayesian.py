@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.assertions import assert_within
+from harness.exhibits import record_headroom
 from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial
-from interpretations.test_geometric import EXACT_D, exact_problem, record_headroom
+from interpretations.test_geometric import EXACT_D, exact_problem
 from specs.problems import Problem, build
 from specs.reference import repeat_kv
 from specs.tolerance import Allowance, forward_allowance, product_allowance

@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.assertions import assert_within
+from harness.exhibits import record_headroom
 from harness.markers import checks
 from harness.trial import Trial
 from impls.registry import Variant
-from interpretations.test_geometric import EXACT_D, exact_problem, record_headroom
+from interpretations.test_geometric import EXACT_D, exact_problem
 from specs.problems import Problem, build
 from specs.reference import attention
 from specs.tolerance import difference_allowance, score_perturbation_allowance, unit_roundoff

@@ -17,7 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.assertions import assert_within
-from harness.exhibits import exhibit
+from harness.exhibits import record_headroom
 from harness.markers import checks
 from harness.observe import ObservedWeights, observe_weights
 from harness.trial import Trial, problems_for
@@ -334,12 +334,6 @@ EXACT_SHAPES = tuple(Shape(*sizes) for sizes in (
     (2, 1, 2, 7, 11, 16, 13), (2, 1, 2, 7, 11, 16, 16), (2, 1, 2, 11, 11, 16, 16),
     (2, 2, 1, 7, 11, 16, 13), (2, 2, 1, 7, 11, 16, 16), (2, 2, 1, 11, 11, 16, 16)))
 TAU = 0.1  # the seed's temperature (0.1是温度系数)
-
-
-def record_headroom(name: str, reading: str, ratio: float, caption: str) -> None:
-    """One row of the `name` table (harness.exhibits): how close this implementation came to the allowance."""
-    exhibit(name, "table", {"columns": ["reading", "worst |error| / allowed"], "rows": [[reading, ratio]]},
-            caption=caption)
 
 
 GEOMETRIC_TABLE = ("geometric-invariances", "Per implementation, the largest error of each geometric reading relative "

@@ -14,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.assertions import assert_within
+from harness.exhibits import exhibit, record_headroom
 from harness.markers import checks
 from harness.repro import cast_line
 from harness.trial import Trial, problems_for
@@ -126,9 +127,10 @@ POSITION_SEED = 60_000
 ROPE = "examples.rotary_embedding({x}, {positions})"
 
 
-def _tokens(variant, *, one_hot: bool) -> Problem:
-    """8 tokens (q, k, v) of one head; one_hot: values e_j, so the output is the weight matrix."""
-    d_v = TOKENS if one_hot and variant.capabilities.value_dim else HEAD_DIM
+def _tokens(value_dim: bool, *, one_hot: bool) -> Problem:
+    """8 tokens (q, k, v) of one head; one_hot: values e_j, so the output is the weight matrix (d_v = 8 where the
+    implementation takes d_v != d, `value_dim`)."""
+    d_v = TOKENS if one_hot and value_dim else HEAD_DIM
     problem = build(batch=1, heads=1, heads_kv=1, n_q=TOKENS, n_k=TOKENS, d=HEAD_DIM, d_v=d_v, seed=POSITION_SEED)
     return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))") if one_hot else problem
 
@@ -165,8 +167,11 @@ def expect_same_up_to_order(variant, base: Problem, moved: Problem, *, what: str
                                             max_position=TOKENS + ROPE_SHIFT, **trial.oracle_kwargs(problem))
         sides.append(allowance + rounding)
     bound = difference_allowance(sides[1], sides[0].take(index))
-    trial.expect_close(got, out[index], bound, what=what, versus=versus, problem=moved,
-                       script=_rerun_script(variant, base, order, what))
+    ratio = trial.expect_close(got, out[index], bound, what=what, versus=versus, problem=moved,
+                               script=_rerun_script(variant, base, order, what))
+    record_headroom("rope-relative", what, ratio, "Per implementation, RoPE applied to q and k after the projections: "
+                    f"the largest change of the weights when every position moves by {ROPE_SHIFT} (tokens reordered), "
+                    "relative to its allowance.")
 
 
 def expect_order_visible(variant, base: Problem, moved: Problem, *, what: str) -> None:
@@ -178,6 +183,10 @@ def expect_order_visible(variant, base: Problem, moved: Problem, *, what: str) -
     (_, allowance), (_, moved_allowance) = trial.oracle(base), trial.oracle(moved)
     gap = np.abs(got - out[index])
     slack = difference_allowance(moved_allowance, allowance.take(index)).bound
+    exhibit("order-visible", "table", {"columns": ["what breaks equivariance", "largest change / allowed"],
+                                       "rows": [[what, float(np.max(gap / np.maximum(slack, np.finfo(float).tiny)))]]},
+            caption=f"Per implementation, storing 8 tokens in the order {ORDER}: the largest change of the output "
+                    "beyond mere reordering, relative to the allowance (above 1: the token order is visible).")
     if not np.any(gap > slack):
         trial.fail(f"{what}: storing the tokens in another order only reordered the outputs, so the order of the "
                    "tokens stayed invisible", moved,
@@ -191,10 +200,43 @@ def test_rope_attention_depends_on_relative_positions_only(variant):
     (rotated by ROPE_SHIFT after their own position: R(p + t) = R(t) R(p)): the weight matrices (one-hot values)
     are the same, rows and columns following the tokens. A bias on where a key sits in the array, or any
     absolute position, shows here."""
-    base = _rotated(_tokens(variant, one_hot=True), f"np.arange({TOKENS})")
+    base = _rotated(_tokens(variant.capabilities.value_dim, one_hot=True), f"np.arange({TOKENS})")
     moved = _rotated(_stored_in_order(base), f"np.full({TOKENS}, {ROPE_SHIFT})")
     expect_same_up_to_order(variant, base, moved, what=f"weights(tokens in order {ORDER}, positions + {ROPE_SHIFT})",
                             versus="the weights at positions 0..7, rows and columns following the tokens")
+
+
+def _projected_rope(tokens: Problem, positions: str) -> Problem:
+    """Seed 003's placement: RoPE on the embeddings x at `positions` (code), then seeded Gaussian W_Q, W_K."""
+    return tokens.derive(f"w = np.random.default_rng({POSITION_SEED}).standard_normal((2, {HEAD_DIM}, {HEAD_DIM})) "
+                         f"/ {HEAD_DIM} ** 0.5; x = examples.rotary_embedding(p.q, {positions}); "
+                         "p = p.replace(q=x @ w[0], k=x @ w[1])")
+
+
+@checks("rope-relative-in-attention")
+def test_rope_placements_pictured_on_the_oracle():
+    """The float64 oracle's weights for the 8 tokens: RoPE on q, k after the projections gives the same matrix at
+    positions 0..7 and + ROPE_SHIFT (within the two allowances and the rotations' rounding); seed 003's placement,
+    before W_Q, W_K, gives another (shown, and required to differ, so the picture shows what the claims say)."""
+    tokens = _tokens(True, one_hot=True)
+    start, shifted = f"np.arange({TOKENS})", f"np.arange({TOKENS}) + {ROPE_SHIFT}"
+    pairs = {"after": (_rotated(tokens, start), _rotated(tokens, shifted)),
+             "before": (_projected_rope(tokens, start), _projected_rope(tokens, shifted))}
+    weights, gaps, slacks = {}, {}, {}
+    for placement, problems in pairs.items():
+        results = [forward_allowance(p.q, p.k, p.v, dtype="float64") for p in problems]
+        rounding = [rotated_inputs_allowance(p.q, p.k, p.v, dtype="float64", max_position=TOKENS + ROPE_SHIFT)
+                    for p in problems]
+        for (result, _), label in zip(results, ("positions 0..7", f"positions + {ROPE_SHIFT}"), strict=True):
+            weights[f"RoPE {placement} W_Q, W_K: {label}"] = result.out[0, 0]
+        gaps[placement] = np.abs(results[1][0].out - results[0][0].out)
+        slacks[placement] = difference_allowance(results[1][1] + rounding[1], results[0][1] + rounding[0]).bound
+    assert np.all(gaps["after"] <= slacks["after"]), "RoPE after the projections moved the weights"
+    assert np.any(gaps["before"] > slacks["before"]), "no contrast: RoPE before the projections left the weights"
+    exhibit("rope-placement", "heatmaps", {"panels": weights},
+            caption=f"Weights of 8 tokens (float64 oracle): RoPE on q, k after the projections gives the same matrix "
+                    f"when every position moves by {ROPE_SHIFT}; on the embeddings before W_Q, W_K (seed 003's "
+                    "placement) it does not.")
 
 
 @checks("rope-before-projections")
@@ -202,10 +244,8 @@ def test_rope_on_embeddings_before_projections_depends_on_absolute_positions(var
     """Seed 003's placement: RoPE rotates the embeddings x, then W_Q, W_K (seeded Gaussian, which do not commute
     with the rotations) make q, k. If the scores depended on m - n only, shifting every position by ROPE_SHIFT
     would leave the weights unchanged; it changes them."""
-    projected = ("w = np.random.default_rng({seed}).standard_normal((2, {d}, {d})) / {d} ** 0.5; "
-                 "x = examples.rotary_embedding(p.q, {positions}); p = p.replace(q=x @ w[0], k=x @ w[1])")
-    tokens = _tokens(variant, one_hot=True)
-    base, moved = (tokens.derive(projected.format(seed=POSITION_SEED, d=HEAD_DIM, positions=positions))
+    tokens = _tokens(variant.capabilities.value_dim, one_hot=True)
+    base, moved = (_projected_rope(tokens, positions)
                    for positions in (f"np.arange({TOKENS})", f"np.arange({TOKENS}) + {ROPE_SHIFT}"))
     expect_same_up_to_order(variant, base, moved, order=list(range(TOKENS)),
                             what=f"weights(positions + {ROPE_SHIFT}, RoPE on the embeddings before W_Q, W_K)",
@@ -215,7 +255,7 @@ def test_rope_on_embeddings_before_projections_depends_on_absolute_positions(var
 @checks("positional-encoding-breaks-symmetry")
 def test_rope_makes_token_order_visible(variant):
     """RoPE at positions 0..7 on the tokens, and on the same tokens stored in ORDER (same positions 0..7)."""
-    tokens = _tokens(variant, one_hot=False)
+    tokens = _tokens(variant.capabilities.value_dim, one_hot=False)
     base, moved = (_rotated(p, f"np.arange({TOKENS})") for p in (tokens, _stored_in_order(tokens)))
     expect_order_visible(variant, base, moved, what="RoPE")
 
@@ -224,7 +264,7 @@ def test_rope_makes_token_order_visible(variant):
 def test_sinusoidal_encoding_makes_token_order_visible(variant):
     """Self-attention on x + PE (sinusoidal, seed 000's 位置编码) for tokens x and for x stored in ORDER."""
     encode = f"x = p.q + examples.sinusoidal_encoding({TOKENS}, {HEAD_DIM}); p = p.replace(q=x, k=x, v=x)"
-    tokens = _tokens(variant, one_hot=False)
+    tokens = _tokens(variant.capabilities.value_dim, one_hot=False)
     base, moved = (p.derive(encode) for p in (tokens, _stored_in_order(tokens)))
     expect_order_visible(variant, base, moved, what="sinusoidal encoding")
 
@@ -233,6 +273,6 @@ def test_sinusoidal_encoding_makes_token_order_visible(variant):
 @pytest.mark.requires("causal")
 def test_causal_mask_makes_token_order_visible(variant):
     """A causal mask on the tokens, and on the same tokens stored in ORDER."""
-    tokens = _tokens(variant, one_hot=False)
+    tokens = _tokens(variant.capabilities.value_dim, one_hot=False)
     base, moved = (p.derive("p = p.replace(causal=True)") for p in (tokens, _stored_in_order(tokens)))
     expect_order_visible(variant, base, moved, what="causal mask")
