@@ -60,11 +60,13 @@ class _Canvas:
         self.plt = _pyplot()
         self.drawn: list[dict] = []
 
-    def save(self, figure, name: str, caption: str, claims: list[str], impl: str | None = None) -> None:
+    def save(self, figure, name: str, caption: str, claims: list[str], *, source: str, impl: str | None = None) -> None:
+        """`source`: "exhibit", "worked-examples" or "counterexample" (where the report shows it)."""
         figure.tight_layout()
         figure.savefig(self.folder / name, dpi=90)
         self.plt.close(figure)
-        self.drawn.append({"file": f"{FOLDER}/{name}", "caption": caption, "claims": list(claims), "impl": impl})
+        self.drawn.append({"file": f"{FOLDER}/{name}", "caption": caption, "claims": list(claims), "source": source,
+                           "impl": impl})
 
 
 def _curve_groups(records: list[dict]) -> dict[str, list[tuple[str, np.ndarray, np.ndarray]]]:
@@ -114,7 +116,7 @@ def _draw_curves(canvas: _Canvas, name: str, records: list[dict]) -> None:
             if outliers else "")
     count = f"{len(impls)} implementation{'s' * (len(impls) > 1)}"
     caption = f"{records[0]['caption']} ({count}; shaded: their range.){note}"
-    canvas.save(figure, _file_name(name), caption, _claims(records))
+    canvas.save(figure, _file_name(name), caption, _claims(records), source="exhibit")
 
 
 def _heatmap(axes, matrix: np.ndarray, title: str, *, diverging: bool = False, annotate: bool = True) -> None:
@@ -142,7 +144,7 @@ def _draw_heatmaps(canvas: _Canvas, name: str, records: list[dict]) -> None:
         for ax, (title, matrix) in zip(axes[0], panels.items(), strict=True):
             _heatmap(ax, np.array([_floats(row) for row in matrix]), title)
         canvas.save(figure, _file_name(name, record["impl"]), f"{record['caption']} ({record['impl']})",
-                    record["claims"], record["impl"])
+                    record["claims"], source="exhibit", impl=record["impl"])
 
 
 def _draw_histograms(canvas: _Canvas, name: str, records: list[dict]) -> None:
@@ -153,7 +155,7 @@ def _draw_histograms(canvas: _Canvas, name: str, records: list[dict]) -> None:
             axes.hist(_floats(samples), bins=60, histtype="step", density=True, label=prefix + label)
     axes.set_xlabel(records[0]["data"].get("x_label", "")), axes.set_ylabel("density")
     axes.legend(fontsize=7)
-    canvas.save(figure, _file_name(name), records[0]["caption"], _claims(records))
+    canvas.save(figure, _file_name(name), records[0]["caption"], _claims(records), source="exhibit")
 
 
 def _claims(records: list[dict]) -> list[str]:
@@ -183,7 +185,8 @@ def _draw_worked_examples(canvas: _Canvas) -> None:
     canvas.save(figure, "worked-examples.png",
                 "The weight matrices of the seeds' worked examples (float64 oracle, seeded inputs): rows sum to 1, "
                 "the frog's weight is 0 only because its score is 1000 below the others, and the causal mask "
-                "zeroes everything above the diagonal.", [slug for *_, slug in WORKED_EXAMPLES])
+                "zeroes everything above the diagonal.", [slug for *_, slug in WORKED_EXAMPLES],
+                source="worked-examples")
 
 
 def _observed_pair(variant: Variant, problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
@@ -218,7 +221,7 @@ def _draw_counterexample(canvas: _Canvas, verdict: dict, variant: Variant) -> No
     canvas.save(figure, _file_name("counterexample", verdict["claim"], verdict["impl"]),
                 f"`{verdict['claim']}` fails on {verdict['impl']}: the weights it applied on the smallest failing "
                 f"input (batch, head {tuple(int(i) for i in worst)}), largest difference {biggest:.3g}.",
-                [verdict["claim"]], verdict["impl"])
+                [verdict["claim"]], source="counterexample", impl=verdict["impl"])
 
 
 def _draw_counterexamples(canvas: _Canvas, report: dict, variants: list[Variant]) -> list[str]:
@@ -242,7 +245,7 @@ def _draw_counterexamples(canvas: _Canvas, report: dict, variants: list[Variant]
 
 def draw_figures(report: dict, directory: str | Path, variants: list[Variant]) -> dict:
     """Draw every picture of the run into DIR/figures; returns report.json's "figures" section:
-    {"drawn": [{"file", "caption", "claims", "impl"}], "notes": [why some are missing]}."""
+    {"drawn": [{"file", "caption", "claims", "source", "impl"}], "notes": [why some are missing]}."""
     try:
         canvas = _Canvas(Path(directory))
     except ImportError as exc:

@@ -141,10 +141,10 @@ def _markdown_readings(report: dict) -> list[str]:
             out += [f"{caption}", "", "| " + " | ".join(map(str, columns)) + " |", "|---" * len(columns) + "|"]
             out += ["| " + " | ".join(map(str, row)) + " |" for row in rows] + [""]
         for figure in figures:
-            if figure["impl"] is None and set(figure["claims"]) & set(slugs):
+            if figure["source"] == "exhibit" and set(figure["claims"]) & set(slugs):
                 out += _markdown_figure(figure)
     for figure in figures:
-        if figure["file"].endswith("worked-examples.png"):
+        if figure["source"] == "worked-examples":
             out += ["## Worked examples", "", *_markdown_figure(figure)]
     return out
 

@@ -67,7 +67,7 @@ def _reading_sections(report: dict, figures: list[dict], bugs: dict) -> str:
                         f"<td>{esc(counts)}</td><td>{links}</td></tr>")
         tables = "".join(f"<h4>{esc(caption)}</h4>{_table(columns, body)}"
                          for caption, columns, body in exhibit_tables(report, slugs))
-        pictures = "".join(_figure(f) for f in figures if f["impl"] is None and set(f["claims"]) & set(slugs))
+        pictures = "".join(_figure(f) for f in figures if f["source"] == "exhibit" and set(f["claims"]) & set(slugs))
         verdicts = ("<table><tr><th>claim</th><th>verdicts</th><th>failing on</th></tr>" + "".join(rows) + "</table>"
                     + _reading_grid(report, slugs, bugs) if rows else "<p>None of this reading's claims ran in this "
                     "report.</p>")
@@ -124,7 +124,7 @@ def _matrix(report: dict, bugs: dict) -> str:
 
 def _bug_reports(report: dict, figures: list[dict], bugs: dict) -> str:
     by_slug = {c["slug"]: c for c in report["claims"]}
-    pictures = {(f["claims"][0], f["impl"]): f for f in figures if f["impl"] is not None and f["claims"]}
+    pictures = {(f["claims"][0], f["impl"]): f for f in figures if f["source"] == "counterexample"}
     parts = []
     for v in report["verdicts"]:
         key = (v["claim"], v["impl"])
@@ -155,7 +155,7 @@ def render_html(report: dict) -> str:
               "bugs": "Bug reports", "not-checkable": "Not checkable", "not-run": "Not run on this machine"}
     nav = "".join(f'<li><a href="#{key}">{titles[key]}</a></li>' for key in contents)
     notes = "".join(f"<li>{esc(n)}</li>" for n in figures_section["notes"])
-    worked = "".join(_figure(f) for f in figures if f["file"].endswith("worked-examples.png"))
+    worked = "".join(_figure(f) for f in figures if f["source"] == "worked-examples")
     not_checkable = "".join(f"<li><code>{esc(c['slug'])}</code> ({esc(c['source'])}): {esc(c['why'])}</li>"
                             for c in report["claims"] if c["kind"] == "not-checkable")
     not_run = "".join(f"<li><code>{esc(u['target'])}</code>: {esc(u['reason'])}</li>" for u in report["unavailable"])

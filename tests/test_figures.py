@@ -54,6 +54,7 @@ def test_every_kind_is_drawn_and_a_disagreeing_curve_is_named(tmp_path):
     caption = files["figures/entropy-vs-dk.png"]["caption"]
     assert "5 implementations" in caption and f"more than {OUTLIER:.0%} from the median): bad." in caption
     assert files["figures/entropy-vs-dk.png"]["claims"] == ["scale-keeps-softmax-flat"]
+    assert {f["source"] for f in files.values()} == {"exhibit", "worked-examples"}
 
 
 def test_a_failing_counterexample_shows_the_weights_the_implementation_applied(tmp_path):
@@ -63,7 +64,7 @@ def test_a_failing_counterexample_shows_the_weights_the_implementation_applied(t
                       _failing("query-compared-only-with-other-tokens", variant.name, repr(problem)),
                       _failing("sdpa-formula", variant.name, repr(build(n_q=40, n_k=40, d=40)))], [])
     drawn = draw_figures(report, tmp_path, [variant])["drawn"]
-    pictures = [f for f in drawn if f["impl"] is not None]
+    pictures = [f for f in drawn if f["source"] == "counterexample"]
     # the false seed sentence and the counterexample too large to read are not drawn
     assert [(f["claims"], f["impl"]) for f in pictures] == [(["sdpa-formula"], variant.name)]
     assert "largest difference" in pictures[0]["caption"]

@@ -54,6 +54,26 @@ def test_report_html_renders_in_a_browser_and_keeps_a_screenshot(main_run):
     assert len(result.images) >= 2 and (directory / "report.png").stat().st_size > 10_000
 
 
+def test_every_reading_shows_verdicts_evidence_and_pictures(main_run):
+    """Issue 10: each reading's section holds its claims' verdicts, evidence recorded by its properties, and the
+    run's pictures (the scaling curves, the Monte Carlo convergence, the score spread, RoPE's placements)."""
+    from harness.report_text import reading_claims
+    from specs.readings import READINGS
+
+    run, directory = main_run
+    report = run.report
+    for reading in READINGS:
+        slugs = set(reading_claims(report, reading))
+        assert slugs, reading.key
+        assert any(set(e["claims"]) & slugs for e in report["exhibits"]), f"no evidence for {reading.key}"
+    drawn = {f["file"]: f for f in report["figures"]["drawn"]}
+    for name in ("mc-convergence", "entropy-vs-dk", "jacobian-vs-dk", "scores-vs-dk", "rope-placement-oracle",
+                 "worked-examples"):
+        assert f"figures/{name}.png" in drawn and (directory / "figures" / f"{name}.png").stat().st_size > 5_000, name
+    html = (directory / "report.html").read_text()
+    assert all(f'<img src="{file}"' in html for file in drawn)
+
+
 def test_terminal_shows_the_matrix(main_run):
     run, _ = main_run
     assert "claims x implementations" in run.output
