@@ -205,11 +205,12 @@ def _observed_pair(variant: Variant, problem: Problem) -> tuple[np.ndarray, np.n
     return observed.oracle.weights, observed.weights
 
 
-def _draw_counterexample(canvas: _Canvas, verdict: dict, variant: Variant) -> None:
+def _draw_counterexample(canvas: _Canvas, verdict: dict, variant: Variant) -> bool:
+    """Draw it when the weights can be read off; say whether it was drawn."""
     problem = rebuild(verdict["counterexample"]["problem"])
     pair = _observed_pair(variant, problem)
     if pair is None:
-        return
+        return False
     oracle, got = pair
     difference = got - oracle
     worst = np.unravel_index(int(np.argmax(np.nan_to_num(np.abs(difference), nan=np.inf))), difference.shape)[:2]
@@ -222,24 +223,26 @@ def _draw_counterexample(canvas: _Canvas, verdict: dict, variant: Variant) -> No
                 f"`{verdict['claim']}` fails on {verdict['impl']}: the weights it applied on the smallest failing "
                 f"input (batch, head {tuple(int(i) for i in worst)}), largest difference {biggest:.3g}.",
                 [verdict["claim"]], source="counterexample", impl=verdict["impl"])
+    return True
 
 
 def _draw_counterexamples(canvas: _Canvas, report: dict, variants: list[Variant]) -> list[str]:
     by_name = {v.name: v for v in variants}
     holds = {c["slug"]: c["holds"] for c in report["claims"]}
-    drawn, notes, started = set(), [], time.monotonic()
+    tried, drawn, notes, started = set(), 0, [], time.monotonic()
     for verdict in report["verdicts"]:
         problem = (verdict.get("counterexample") or {}).get("problem")
         key = (verdict["impl"], problem)
-        if (verdict["status"] != "fail" or not problem or verdict["impl"] not in by_name or key in drawn
+        if (verdict["status"] != "fail" or not problem or verdict["impl"] not in by_name or key in tried
                 or not holds.get(verdict["claim"], False)):  # a false seed sentence fails on the oracle too
             continue
-        if len(drawn) >= MAX_COUNTEREXAMPLES or time.monotonic() - started > COUNTEREXAMPLE_BUDGET_S:
-            notes.append(f"counterexample pictures stop at {len(drawn)} ({MAX_COUNTEREXAMPLES} or "
+        if drawn >= MAX_COUNTEREXAMPLES or time.monotonic() - started > COUNTEREXAMPLE_BUDGET_S:
+            notes.append(f"counterexample pictures stop at {drawn} ({MAX_COUNTEREXAMPLES} or "
                          f"{COUNTEREXAMPLE_BUDGET_S:.0f} s at most)")
             break
-        drawn.add(key)
-        _draw_counterexample(canvas, verdict, by_name[verdict["impl"]])
+        tried.add(key)
+        if _draw_counterexample(canvas, verdict, by_name[verdict["impl"]]):
+            drawn += 1
     return notes
 
 

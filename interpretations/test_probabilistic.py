@@ -91,11 +91,11 @@ def test_output_is_expectation_of_values_under_weights(variant):
     exhibit("mc-convergence", "curves", {
         "x_label": "samples N drawn from the implementation's weights", "y_label": "max |sample mean - out|",
         "log_x": True, "log_y": True,
-        "series": {variant.name: {"x": list(CHECKPOINTS), "y": errors}},
-        "band": {f"{variant.name}: one standard error .. Bernstein bound": {
+        "series": {variant.dtype: {"x": list(CHECKPOINTS), "y": errors}},
+        "band": {"one standard error .. Bernstein bound (the first implementation's)": {
             "x": list(CHECKPOINTS), "low": standard_errors, "high": radii}},
-    }, caption="The Monte Carlo mean of values drawn from the implementation's own weights approaches its output "
-               "like 1/sqrt(N), inside the CLT-shaped Bernstein band the test allows.")
+    }, caption="The Monte Carlo mean of values drawn from each implementation's own weights approaches its output "
+               "like 1/sqrt(N), inside the CLT-shaped Bernstein band the test allows (one curve per dtype).")
 
 
 @checks("attention-optimal-linear-approximation")
@@ -236,9 +236,9 @@ def test_exact_zero_only_where_the_dtype_underflows(variant):
     first = float(np.min(np.where(zero & unmasked, neg_log, np.inf)))
     last = float(np.max(np.where(~zero & unmasked, neg_log, -np.inf)))
     exhibit("zero-weight-threshold", "table", {
-        "columns": ["implementation", "dtype", "largest -log P still nonzero", "first -log P giving an exact 0",
+        "columns": ["dtype", "largest -log P still nonzero", "first -log P giving an exact 0",
                     "predicted window of the first 0"],
-        "rows": [[variant.name, variant.dtype, f"{last:.2f}",
+        "rows": [[variant.dtype, f"{last:.2f}",
                   f"{first:.2f}" if np.isfinite(first) else f"none up to {float(neg_log.max()):.1f}",
                   f"[{lowest:.1f}, {highest:.1f}]"]],
     }, caption="Softmax of finite scores is never 0: an exact 0 (the 四不像 frog's) first appears where the score "
