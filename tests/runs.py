@@ -21,6 +21,13 @@ class SuiteRun:
     def verdict(self, claim: str, impl: str) -> dict | None:
         return next((v for v in self.report["verdicts"] if v["claim"] == claim and v["impl"] == impl), None)
 
+    def expect_caught(self, impl: str, claims: set[str]) -> None:
+        """`impl` fails each of `claims` through the property's own check, not by raising."""
+        for claim in claims:
+            verdict = self.verdict(claim, impl)
+            assert verdict is not None and verdict["status"] == "fail", (claim, verdict, self.output[-2000:])
+            assert "raised" not in verdict["detail"].splitlines()[0], verdict["detail"][:500]
+
 
 def run_suite(*args: str, report_dir: Path | None = None, env: dict | None = None,
               profile: str = "ci", timeout: int = 900) -> SuiteRun:
