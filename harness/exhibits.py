@@ -10,7 +10,8 @@ Kinds and their data:
   "band": {label: {"x": [...], "low": [...], "high": [...]}}}
 - "heatmaps": {"panels": {title: 2-D list}, optional "row_label", "col_label"}
 - "histograms": {"x_label", "samples": {label: [...]}}
-- "table": {"columns": [...], "rows": [[...], ...]}
+- "table": {"columns": [...], "rows": [[...], ...]}, or {"cells": {column: value}}: this implementation's row,
+  which the report merges with its other cells of the same name (one row per implementation)
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ def exhibit(name: str, kind: str, data: dict, *, caption: str) -> None:
 
 
 def record_headroom(name: str, reading: str, ratio: float, caption: str) -> None:
-    """One row of the `name` table: how close this implementation came to its allowance on `reading`
-    (error / allowed; below 1 passes, and a small ratio holds with room to spare)."""
-    exhibit(name, "table", {"columns": ["reading", "worst |error| / allowed"], "rows": [[reading, ratio]]},
-            caption=caption)
+    """The `reading` cell of this implementation's row in the `name` table: how close it came to its allowance
+    (worst |error| / allowed; below 1 passes, and a small ratio holds with room to spare)."""
+    exhibit(name, "table", {"cells": {reading: ratio}}, caption=caption)

@@ -16,6 +16,7 @@ from harness.report_text import exhibit_tables, reading_claims, tally, verdict_s
 from specs.readings import READINGS, SEED_TITLES
 
 esc = html.escape
+FOLDED_ROWS = 12  # evidence tables longer than this start folded
 CLASSES = {"+": "pass", "F": "fail", "x": "declared", "E": "fail", "s": "skip", ".": "none"}
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:none;margin:1em 2em;line-height:1.4}
@@ -60,12 +61,16 @@ def _reading_sections(report: dict, figures: list[dict], bugs: dict) -> str:
             counts, failing = tally(report, slug)
             links = ", ".join(f'<a href="#{bugs[(slug, impl)]}">{esc(impl)}</a>'
                               for impl in failing if (slug, impl) in bugs)
+            if not by_slug[slug]["holds"] and failing and counts.startswith("declared"):
+                links = (f"all {len(failing)} it applies to: the seed's sentence is false as written "
+                         f'(<a href="#{bugs[(slug, failing[0])]}">the first bug report</a>)')
             note = by_slug[slug]["note"]
             rows.append(f'<tr><td><a href="#claim-{esc(slug)}"><code>{esc(slug)}</code></a> ({by_slug[slug]["kind"]})'
                         f'<div class="statement">{esc(by_slug[slug]["statement"])}</div>'
                         + (f'<div class="statement"><em>{esc(note)}</em></div>' if note else "") + "</td>"
                         f"<td>{esc(counts)}</td><td>{links}</td></tr>")
-        tables = "".join(f"<h4>{esc(caption)}</h4>{_table(columns, body)}"
+        tables = "".join(f"<details><summary><b>{esc(caption)}</b> ({len(body)} rows)</summary>{_table(columns, body)}"
+                         "</details>" if len(body) > FOLDED_ROWS else f"<h4>{esc(caption)}</h4>{_table(columns, body)}"
                          for caption, columns, body in exhibit_tables(report, slugs))
         pictures = "".join(_figure(f) for f in figures if f["source"] == "exhibit" and set(f["claims"]) & set(slugs))
         verdicts = ("<table><tr><th>claim</th><th>verdicts</th><th>failing on</th></tr>" + "".join(rows) + "</table>"

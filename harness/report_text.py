@@ -39,14 +39,29 @@ def tally(report: dict, slug: str) -> tuple[str, list[str]]:
     return text, failing
 
 
+def _text(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def exhibit_tables(report: dict, slugs: list[str]) -> list[tuple[str, list, list]]:
-    """(caption, columns, rows) per table exhibit of these claims; rows of every implementation, each
-    prefixed with the implementation's name."""
-    tables: dict[str, tuple[str, list, list]] = {}
+    """(caption, columns, rows) per table exhibit of these claims. Rows come from every implementation, each
+    prefixed with its name; "cells" exhibits give one row per implementation, a column per cell name."""
+    tables: dict[str, dict] = {}
     for record in report.get("exhibits", ()):
         if record["kind"] != "table" or not set(record.get("claims", ())) & set(slugs):
             continue
-        rows = tables.setdefault(
-            record["name"], (record["caption"], ["implementation", *record["data"]["columns"]], []))[2]
-        rows += [[record["impl"], *row] for row in record["data"]["rows"]]
-    return list(tables.values())
+        table = tables.setdefault(record["name"], {"caption": record["caption"], "columns": [], "rows": [],
+                                                   "cells": {}})
+        data = record["data"]
+        if "cells" in data:
+            table["cells"].setdefault(record["impl"], {}).update(data["cells"])
+            table["columns"] += [c for c in data["cells"] if c not in table["columns"]]
+        else:
+            table["columns"] = list(data["columns"])
+            table["rows"] += [[record["impl"], *row] for row in data["rows"]]
+    found = []
+    for table in tables.values():
+        rows = table["rows"] + [[impl, *(cells.get(c, "") for c in table["columns"])]
+                                for impl, cells in table["cells"].items()]
+        found.append((table["caption"], ["implementation", *table["columns"]], [[_text(x) for x in r] for r in rows]))
+    return found

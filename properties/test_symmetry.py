@@ -183,8 +183,7 @@ def expect_order_visible(variant, base: Problem, moved: Problem, *, what: str) -
     (_, allowance), (_, moved_allowance) = trial.oracle(base), trial.oracle(moved)
     gap = np.abs(got - out[index])
     slack = difference_allowance(moved_allowance, allowance.take(index)).bound
-    exhibit("order-visible", "table", {"columns": ["what breaks equivariance", "largest change / allowed"],
-                                       "rows": [[what, float(np.max(gap / np.maximum(slack, np.finfo(float).tiny)))]]},
+    exhibit("order-visible", "table", {"cells": {what: float(np.max(gap / np.maximum(slack, np.finfo(float).tiny)))}},
             caption=f"Per implementation, storing 8 tokens in the order {ORDER}: the largest change of the output "
                     "beyond mere reordering, relative to the allowance (above 1: the token order is visible).")
     if not np.any(gap > slack):

@@ -131,3 +131,19 @@ def test_the_page_renders_in_a_browser_with_every_picture(run):
     assert result.problems() == []
     assert len(result.images) == len(document.images) and all(image.width > 0 for image in result.images)
     assert (directory / "report.png").stat().st_size > 10_000
+
+
+def test_evidence_cells_merge_into_one_row_per_implementation():
+    from harness.report_text import exhibit_tables
+
+    def cells(impl, values, claims=("key-translation-invariance",)):
+        return {"name": "invariances", "kind": "table", "caption": "c", "impl": impl, "claims": list(claims),
+                "data": {"cells": values}}
+
+    report = {"exhibits": [cells("a", {"translation": 0.012345}), cells("b", {"translation": 0.5}),
+                           cells("a", {"rotation": 0.25}), cells("c", {"rotation": 1.0}, claims=("other",)),
+                           {"name": "rows", "kind": "table", "caption": "r", "impl": "a", "claims": ["x"],
+                            "data": {"columns": ["dtype", "gap"], "rows": [["float16", 17.38]]}}]}
+    assert exhibit_tables(report, ["key-translation-invariance"]) == [
+        ("c", ["implementation", "translation", "rotation"], [["a", "0.0123", "0.25"], ["b", "0.5", ""]])]
+    assert exhibit_tables(report, ["x"]) == [("r", ["implementation", "dtype", "gap"], [["a", "float16", "17.4"]])]
