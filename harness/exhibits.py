@@ -7,7 +7,8 @@ implementations share one figure (one curve or panel per implementation), so rea
 
 Kinds and their data:
 - "curves": {"x_label", "y_label", "series": {label: {"x": [...], "y": [...]}}, optional "log_x", "log_y",
-  "band": {label: {"x": [...], "low": [...], "high": [...]}}}
+  "band": {label: {"x": [...], "low": [...], "high": [...]}}, "outliers" (default true: a curve far from
+  the implementations' median is drawn apart and named; false for curves that differ by sampling noise)}
 - "heatmaps": {"panels": {title: 2-D list}, optional "row_label", "col_label"}
 - "histograms": {"x_label", "samples": {label: [...]}}
 - "table": {"columns": [...], "rows": [[...], ...]}, or {"cells": {column: value}}: this implementation's row,

@@ -77,8 +77,10 @@ def _curve_groups(records: list[dict]) -> dict[str, list[tuple[str, np.ndarray, 
     return groups
 
 
-def _draw_curve_label(axes, label: str, curves: list[tuple[str, np.ndarray, np.ndarray]], colour) -> list[str]:
-    """A median line and the range of the agreeing implementations; outliers drawn and named. Returns them."""
+def _draw_curve_label(axes, label: str, curves: list[tuple[str, np.ndarray, np.ndarray]], colour,
+                      apart: bool = True) -> list[str]:
+    """A median line and the range of the agreeing implementations; with `apart`, outliers drawn and named
+    (returned). Without it (curves that differ by sampling noise) every curve is inside the range."""
     xs = curves[0][1]
     if len(curves) == 1 or any(len(x) != len(xs) or np.any(x != xs) for _, x, _ in curves):
         for impl, x, y in curves[:MAX_PANELS]:
@@ -87,7 +89,7 @@ def _draw_curve_label(axes, label: str, curves: list[tuple[str, np.ndarray, np.n
     ys = np.array([y for _, _, y in curves])
     median = np.median(ys, axis=0)
     deviation = np.max(np.abs(ys - median) / np.maximum(np.abs(median), 1e-300), axis=1)
-    outliers = [i for i, dev in enumerate(deviation) if dev > OUTLIER]
+    outliers = [i for i, dev in enumerate(deviation) if dev > OUTLIER] if apart else []
     agreeing = [i for i in range(len(curves)) if i not in outliers] or list(range(len(curves)))
     axes.fill_between(xs, ys[agreeing].min(axis=0), ys[agreeing].max(axis=0), color=colour, alpha=0.25)
     axes.plot(xs, median, marker="o", ms=3, color=colour, label=f"{label} (median of {len(curves)})")
@@ -103,7 +105,8 @@ def _draw_curves(canvas: _Canvas, name: str, records: list[dict]) -> None:
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     outliers = []
     for index, (label, curves) in enumerate(_curve_groups(records).items()):
-        outliers += _draw_curve_label(axes, label, curves, colours[index % len(colours)])
+        outliers += _draw_curve_label(axes, label, curves, colours[index % len(colours)],
+                                      apart=data.get("outliers", True))
     for label, band in (data.get("band") or {}).items():
         axes.fill_between(_floats(band["x"]), _floats(band["low"]), _floats(band["high"]), color="grey", alpha=0.2,
                           label=label)

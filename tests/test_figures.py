@@ -114,3 +114,12 @@ def test_rebuild_names_what_it_cannot_read():
 
     with pytest.raises(AttentionInputError, match="rebuild needs a problem's repr"):
         rebuild("")
+
+
+def test_curves_that_differ_by_noise_are_not_drawn_apart(tmp_path):
+    exhibits = [_curves(f"good-{i}", [1.0, 1.01 + 0.001 * i, 1.02]) for i in range(4)]
+    exhibits.append(_curves("noisy", [1.0, 0.5, 0.1]))
+    for record in exhibits:
+        record["data"]["outliers"] = False
+    (figure,) = [f for f in draw_figures(_report([], exhibits), tmp_path, [])["drawn"] if f["source"] == "exhibit"]
+    assert "5 implementations" in figure["caption"] and "Drawn apart" not in figure["caption"]
