@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from harness.call_state import seed_generators
+
 
 class CallSettings:
     """Run-wide settings the pytest plugin fills from the command line."""
@@ -87,10 +89,14 @@ def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> t
     return tuple(as_tensor(x) for x in arrays), converted
 
 
-def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str = "numpy") -> object:
-    """fn(q, k, v, **kwargs) under the time limit, the inputs handed over as `tensors` asks."""
+def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str = "numpy",
+                    seed: int | None = None) -> object:
+    """fn(q, k, v, **kwargs) under the time limit, the inputs handed over as `tensors` asks, the global
+    generators seeded with `seed` just before the call (harness.call_state; None leaves them alone)."""
     limit = CallSettings.timeout_s
     arrays, kwargs = handed_over(arrays, kwargs, tensors)
+    if seed is not None:
+        seed_generators(seed)
     try:
         with _time_limit(limit):
             return fn(*arrays, **kwargs)

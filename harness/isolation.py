@@ -1,14 +1,15 @@
 """Crash isolation: an implementation's calls run in a worker process, so a segfault or abort is a verdict.
 
-Compiled extensions and kernels kill their process on an out-of-bounds access; called in the pytest
-process, that ends the run with no report. With isolation (`--isolate`; on by default for implementations
-named with --impl and for records that declare native code) each implementation gets one worker process,
-started from a fork server that has only NumPy and the harness loaded (no torch threads to deadlock after
-fork). q, k, v travel as contiguous arrays with the name of their layout (specs.layouts), are laid out the
-same way in the worker, and come back after the call, so a write to an input is seen by the caller as it
-would be in process. A worker that dies raises WorkerCrashed naming the signal; one that does not answer
-within the call limit (native code ignores SIGALRM) is killed and raises WorkerTimedOut. Either way the
-next call starts a fresh worker.
+Compiled extensions and kernels kill their process on an out-of-bounds access; called in the pytest process,
+that ends the run with no report. With isolation (`--isolate`; on by default for implementations named with
+--impl and for records that declare native code) each implementation gets one worker process, started from a
+fork server that has only NumPy and the harness loaded (no torch threads to deadlock after fork). The caller's
+state (harness.call_state: the generators' seed, torch's settings) travels with each call and is set in the
+worker before it. q, k, v travel as contiguous arrays with the name of their layout (specs.layouts), are laid
+out the same way in the worker, and come back after the call, so a write to an input is seen by the caller as
+it would be in process. A worker that dies raises WorkerCrashed naming the signal; one that does not answer
+within the call limit (native code ignores SIGALRM) is killed and raises WorkerTimedOut. Either way the next
+call starts a fresh worker.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from harness.call_state import CallState, apply_settings, capture
 from harness.guarded_call import CallFailed, CallSettings, as_numpy, call_in_process
 
 GRACE_S = 5.0  # beyond the call limit, for the worker's own SIGALRM to answer first
-PRELOAD = ["numpy", "harness.guarded_call", "impls.registry", "specs.layouts"]
+PRELOAD = ["numpy", "harness.call_state", "harness.guarded_call", "impls.registry", "specs.layouts"]
 
 
 class WorkerCrashed(Exception):
@@ -55,13 +57,14 @@ def _serve(conn: Connection, target: str) -> None:
         return
     while True:
         try:
-            arrays, layout, kwargs, limit = conn.recv()
+            arrays, layout, kwargs, limit, state = conn.recv()
         except EOFError:
             return
         CallSettings.timeout_s = limit
         laid_out = tuple(to_layout(x, layout) for x in arrays)
+        apply_settings(state)
         try:
-            result = _portable(call_in_process(impl.fn, laid_out, kwargs, impl.capabilities.tensors))
+            result = _portable(call_in_process(impl.fn, laid_out, kwargs, impl.capabilities.tensors, state.seed))
             pickle.dumps(result)
         except CallFailed as failure:
             conn.send(("failed", (failure.summary, failure.kind), None))
@@ -95,9 +98,10 @@ class Worker:
         self.process.start()
         child.close()
 
-    def call(self, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float) -> object:
+    def call(self, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float,
+             state: CallState) -> object:
         try:
-            self.conn.send((tuple(np.ascontiguousarray(x) for x in arrays), layout, kwargs, limit))
+            self.conn.send((tuple(np.ascontiguousarray(x) for x in arrays), layout, kwargs, limit, state))
         except (BrokenPipeError, ConnectionError):
             self.process.join(5)
             raise WorkerCrashed(_describe_exit(self.process.exitcode)) from None
@@ -132,12 +136,13 @@ class WorkerPool:
     def __init__(self) -> None:
         self.workers: dict[str, Worker] = {}
 
-    def call(self, target: str, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float) -> object:
+    def call(self, target: str, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float,
+             state: CallState) -> object:
         worker = self.workers.get(target)
         if worker is None or not worker.alive:
             worker = self.workers[target] = Worker(target)
         try:
-            return worker.call(arrays, layout, kwargs, limit)
+            return worker.call(arrays, layout, kwargs, limit, state)
         except (WorkerCrashed, WorkerTimedOut):
             del self.workers[target]
             raise
@@ -152,11 +157,13 @@ WORKERS = WorkerPool()
 atexit.register(WORKERS.close)
 
 
-def call_isolated(target: str, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict) -> object:
-    """fn(q, k, v, **kwargs) in the implementation's worker; a crash or a hang fails the call (CallFailed)."""
+def call_isolated(target: str, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict,
+                  seed: int | None = None) -> object:
+    """fn(q, k, v, **kwargs) in the implementation's worker, under this process's state with the global
+    generators seeded with `seed` (harness.call_state); a crash or a hang fails the call (CallFailed)."""
     limit = CallSettings.timeout_s
     try:
-        return WORKERS.call(target, arrays, layout, kwargs, limit)
+        return WORKERS.call(target, arrays, layout, kwargs, limit, capture(seed))
     except WorkerTimedOut:
         summary = f"the call took longer than {limit:g} s (its worker process was replaced)"
         raise CallFailed(summary, "timeout") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.call_state import seeding_lines
 from specs.dtypes import EXTENSION_DTYPES, is_extension
 from specs.problems import STEP_IMPORTS, Problem
 
@@ -17,10 +18,11 @@ IMPORTS = (
 )
 
 
-def call_line_for(extra: dict, args: str = "q, k, v") -> str:
-    """The line that calls the implementation with the problem's keywords and `extra`."""
+def call_line_for(extra: dict, args: str = "q, k, v", *, global_seed: int | None = None) -> str:
+    """The line that calls the implementation with the problem's keywords and `extra`, after the lines that
+    seed the global generators where the call was seeded (harness.call_state)."""
     parts = [args, "**p.kwargs()"] + [f"{key}={value!r}" for key, value in extra.items()]
-    return f"out = fn({', '.join(parts)})"
+    return "\n".join([*seeding_lines(global_seed), f"out = fn({', '.join(parts)})"])
 
 
 def cast_line(dtype: str) -> str:

@@ -81,32 +81,34 @@ class Trial:
         return dict(problem.kwargs(), causal_alignment=self.variant.capabilities.causal_alignment)
 
     # -- calls --------------------------------------------------------------
-    def call_raw(self, problem: Problem | None = None, **extra) -> object:
+    def call_raw(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> object:
         """Call the implementation; turn any exception or overrun into a violation."""
         problem = problem or self.problem
-        return self.call_on(self.inputs(problem), problem, **extra)
+        return self.call_on(self.inputs(problem), problem, global_seed=global_seed, **extra)
 
-    def call_on(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], problem: Problem, **extra) -> object:
-        """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them)."""
+    def call_on(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], problem: Problem, *,
+                global_seed: int | None = None, **extra) -> object:
+        """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them);
+        `global_seed` seeds the global generators where the call runs, just before it (harness.call_state)."""
         impl = self.variant.impl
         kwargs = {**problem.kwargs(), **extra}
         started = time.perf_counter()
         try:
             if impl.target in CallSettings.isolated_targets:
-                return call_isolated(impl.target, arrays, self.layout, kwargs)
-            return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors)
+                return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
+            return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
         except CallFailed as failure:
-            self.fail(failure.summary, problem, call_line=call_line_for(extra))
+            self.fail(failure.summary, problem, call_line=call_line_for(extra, global_seed=global_seed))
         finally:
             running = RUNNING.get()
             if running is not None:
                 running.call_seconds += time.perf_counter() - started
 
-    def call(self, problem: Problem | None = None, **extra) -> np.ndarray:
+    def call(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> np.ndarray:
         """The implementation's output as float64, after checking its type, shape and dtype."""
         problem = problem or self.problem
-        raw = self.call_raw(problem, **extra)
-        return self.check_output(raw, problem, call_line=call_line_for(extra))
+        raw = self.call_raw(problem, global_seed=global_seed, **extra)
+        return self.check_output(raw, problem, call_line=call_line_for(extra, global_seed=global_seed))
 
     def check_output(self, raw: object, problem: Problem, *, call_line: str | None = None,
                      expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:

@@ -3,22 +3,23 @@ flash_attention(q, k, v, dropout_p=0.1, ...)), on every implementation that take
 
 The mask is read off the implementation itself: called with one-hot values its output is its weight matrix,
 dropped weights are exactly 0 (the problems keep every weight far above underflow). An implementation with the
-protocol's `dropout_seed` keyword gets the seed; one without is seeded through the global generators (NumPy's
-and torch's) before each call. Statistical checks use exact binomial tests or Hoeffding's bound at ALPHA per
-test (specs.statistics: the run's false-alarm rate stays below 1e-6); each states its power on the wrong
-hypothesis, and tests/test_dropout_catches.py shows wrong implementations failing them.
+protocol's `dropout_seed` keyword gets the seed; one without has the global generators (NumPy's, torch's,
+CuPy's) seeded just before each call, where the call runs (its worker too: harness.call_state). Statistical
+checks use exact binomial tests or Hoeffding's bound at ALPHA per test (specs.statistics: the run's false-
+alarm rate stays below 1e-6); each states its power on the wrong hypothesis, and
+tests/test_flash_family_catches.py shows wrong implementations failing them.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
 
 from harness.markers import checks
 from harness.observe import observe_weights
+from harness.repro import call_line_for
 from harness.trial import Trial
 from specs.dropout_mask import keep_mask
 from specs.problems import Problem, build
@@ -31,14 +32,11 @@ REPEATS = 1000  # calls of the per-position and unbiasedness tests
 
 
 def dropout_call(variant, seed: int, p: float = DROPOUT_P) -> dict:
-    """The keywords that ask for dropout at rate p with this seed (global generators seeded when the
-    implementation has no dropout_seed keyword)."""
+    """Trial.call's keywords that ask for dropout at rate p with this seed: `dropout_seed`, or the global
+    generators seeded where the call runs when the implementation has no such keyword."""
     if variant.capabilities.dropout_seed:
         return {"dropout_p": p, "dropout_seed": seed}
-    np.random.seed(seed)
-    if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
-    return {"dropout_p": p}
+    return {"dropout_p": p, "global_seed": seed}
 
 
 def observed_keep(trial: Trial, problem: Problem, seed: int, **extra) -> tuple[np.ndarray, object]:
@@ -66,7 +64,9 @@ def test_dropout_output_equals_the_oracle_under_the_recovered_mask(variant):
     trial = Trial(variant, problem)
     keep, observed = observed_keep(trial, problem, SEED)
     exact = observed.oracle.weights
-    call_line = f"out = fn(q, k, v, **p.kwargs(), **{dropout_call(variant, SEED)!r})"
+    keywords = dropout_call(variant, SEED)
+    seed = keywords.pop("global_seed", None)
+    call_line = call_line_for(keywords, global_seed=seed)
     trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - DROPOUT_P), 0.0),
                        dropout_survivor_allowance(observed.allowance, exact, DROPOUT_P, variant.dtype),
                        what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,
@@ -180,5 +180,5 @@ def test_dropout_output_is_unbiased(variant):
     trial.expect_close(mean, oracle.out, bound, what=f"mean output over {REPEATS} seeds",
                        versus="the output without dropout")
     # power: without the 1/(1 - p) the mean tends to (1 - p) O, beyond the bound by more than the radius again
-    # at some element (tests/test_dropout_catches.py runs that implementation)
+    # at some element (tests/test_flash_family_catches.py runs that implementation)
     assert np.any(DROPOUT_P * np.abs(oracle.out) > 2 * radius + allowance.bound), "no power against no rescale"
