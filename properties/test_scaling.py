@@ -9,6 +9,7 @@ implementation's weights through one-hot values.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.exhibits import exhibit
-from harness.markers import checks
+from harness.markers import ORACLE, checks
 from harness.observe import observe_weights
 from harness.trial import Trial, check_against_oracle, problems_for
 from specs.examples import coupled_scores, gaussian_queries
 from specs.problems import Problem
-from specs.reference import attention
+from specs.reference import AttentionResult, attention
 from specs.statistics import ALPHA, unit_normal_variance_pvalue
 from specs.strategies import SCALES
 from specs.tolerance import Allowance, jacobian_norm_allowance, row_entropy_allowance
@@ -219,17 +220,30 @@ def test_unscaled_softmax_saturates_as_dk_grows(variant):
     assert saturation_failures(exact, exact), "no power: the saturation check accepts scores that ignore scale=1"
 
 
-@checks("unscaled-softmax-saturates")
-def test_score_spread_grows_with_dk_unless_scaled():
-    """The scores q.k behind the saturation (oracle, Gaussian q, k): their variance is d_k, so their spread grows
-    as sqrt(d_k); q.k / sqrt(d_k) keeps variance 1 (chi-square tests at ALPHA on SPREAD_SAMPLES scores)."""
-    samples = {}
+def score_spread(reference: Callable[..., AttentionResult] = attention) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The scores `reference` (the float64 oracle by default) computes for Gaussian q, k at every d_k of FLAT_GRID,
+    with its default scale and with scale = 1, and what is wrong with them: Var(q.k) must be d_k and the default
+    scale's scores must have variance 1 (chi-square tests at ALPHA on SPREAD_SAMPLES scores each)."""
+    samples, failures = {}, []
     for d in FLAT_GRID:
         problem = gaussian_queries(samples=SPREAD_SAMPLES, n_k=1, d=d, seed=40_000 + d)
-        scores = np.sum(problem.q[:, 0, 0] * problem.k[:, 0, 0], axis=-1)
-        samples[f"d_k={d}, scaled"] = scores / math.sqrt(d)
-        samples[f"d_k={d}, unscaled"] = scores
-        assert unit_normal_variance_pvalue(scores / math.sqrt(d)) >= ALPHA, f"Var(q.k) is not d_k at d_k={d}"
+        scaled = reference(problem.q, problem.k, problem.v).scores.ravel()
+        unscaled = reference(problem.q, problem.k, problem.v, scale=1.0).scores.ravel()
+        samples[f"d_k={d}, scaled"], samples[f"d_k={d}, unscaled"] = scaled, unscaled
+        for name, scores, variance in (("the default scale's", scaled, 1), ("scale=1's", unscaled, d)):
+            p_value = unit_normal_variance_pvalue(scores / math.sqrt(variance))
+            if not p_value >= ALPHA:
+                failures.append(f"{name} scores at d_k={d} have sample variance {np.var(scores):.4g}, not {variance} "
+                                f"(p = {p_value:.3g} < {ALPHA:g})")
+    return samples, failures
+
+
+@checks("unscaled-softmax-saturates", subject=ORACLE)
+def test_score_spread_grows_with_dk_unless_scaled():
+    """The scores behind the saturation, as the oracle computes them (Gaussian q, k): with scale = 1 their variance
+    is d_k, so their spread grows as sqrt(d_k); the default 1/sqrt(d_k) keeps variance 1 (score_spread)."""
+    samples, failures = score_spread()
+    assert not failures, "; ".join(failures)
     assert unit_normal_variance_pvalue(samples[f"d_k={FLAT_GRID[-1]}, unscaled"]) < ALPHA, \
         "no power: the test cannot tell variance d_k from 1"
     exhibit("scores-vs-dk", "histograms", {"x_label": "score", "samples": samples},
