@@ -178,7 +178,7 @@ class Trial:
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
         transformed.check_code()  # its steps go into the repro script
-        sides = [self._output_with_own_bound(problem) for problem in (transformed, self.problem)]
+        sides = [self.output_with_own_bound(problem) for problem in (transformed, self.problem)]
         (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
             (out[index], allowance.take(index), own.take(index))
             for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
@@ -204,8 +204,8 @@ class Trial:
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
         transformed.check_code()
-        got, got_allowance, got_own = self._output_with_own_bound(transformed)
-        out, allowance, own = self._output_with_own_bound(self.problem)
+        got, got_allowance, got_own = self.output_with_own_bound(transformed)
+        out, allowance, own = self.output_with_own_bound(self.problem)
         bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
         script = "\n".join([
             "out = fn(q, k, v, **p.kwargs())",
@@ -223,10 +223,12 @@ class Trial:
         its outputs that must equal it: a metamorphic comparison, so a wrong formula that is wrong the same
         way both times is not blamed on the property that compares them."""
         contiguous = Trial(self.variant, problem or self.problem)
-        out, allowance, own = contiguous._output_with_own_bound(contiguous.problem)
+        out, allowance, own = contiguous.output_with_own_bound(contiguous.problem)
         return out, metamorphic_allowance(allowance, allowance, own, own)
 
-    def _output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, Allowance]:
+    def output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, Allowance]:
+        """The output on `problem`, its oracle allowance, and the bound on the rounding of whatever weights the
+        implementation applies (specs.tolerance.own_rounding_bound, read from its output on |V|)."""
         out = self.call(problem)
         oracle, allowance = self.oracle(problem)
         on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))"))

@@ -469,16 +469,24 @@ def dropout_survivor_allowance(weights_allowance: Allowance, exact_weights: np.n
                             "rescaled, plus 1 ulp of the rescaling")
 
 
-def value_shift_allowance(shift: float) -> Allowance:
-    """Allowed error of out(V + c) - out(V) = c x (the row sums of the weights) when a head's values all move by c.
+def value_shift_allowance(shift: float, changed: Allowance, base: Allowance, row_sums: Allowance,
+                          magnitude: np.ndarray) -> Allowance:
+    """Allowed error of out(V + c) - out(V) against c x rs when the values of one kv head move by c, rs being
+    the implementation's own row sums (its output on values all ones).
 
-    c / 2. The implementation computes the same weights in both calls (q and k are unchanged) and
-    the row sums are read from its own output on values all ones, so a correct head differs from
-    c x row sums only by the rounding of P (V + c) against P V: of order n_k u (|V| + c) <=
-    130 * 2^-11 * 1.1 c < c / 10 even in float16 (c >= 10 max|V|). A head that reads the wrong kv
-    head moves by 0 where c is expected, or by ~c where 0 is: c / 2 tells the two apart.
+    Each of the three outputs is within its allowance of what the implementation's own weights W give on
+    exact arithmetic (`changed`, `base`, `row_sums`: each the oracle allowance plus own_rounding_bound, as
+    metamorphic_allowance takes them, so an implementation whose weights are not softmax's is judged here on
+    its structure alone). With the same W in both calls, W(V + c e_g) - W V - c W e_g = 0 exactly, so the
+    difference is off by at most changed + base + |c| row_sums; the float64 subtraction and the product c rs
+    round once each, u (|out(V + c)| + |out(V)| + |c rs|) = u * magnitude, doubled (SAFETY). A query head that
+    reads a fraction f of another kv head moves by f c where the bound is of order n_k u_dtype c: in float16
+    at n_k = 40, 0.15 c at most (a-priori), so a leak of 20 % is told from rounding in every dtype.
     """
-    return Allowance(shift / 2, f"half the value shift c = {shift:.4g} (rounding of P(V + c) < c / 10)")
+    u = unit_roundoff(np.float64)
+    bound = changed.bound + base.bound + abs(shift) * row_sums.bound + SAFETY * u * magnitude
+    return Allowance(bound, f"out(V + c) and out(V) within ({changed.rule}) and ({base.rule}), plus |c| x the "
+                            f"row sums' ({row_sums.rule}), c = {shift:.4g}")
 
 
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:

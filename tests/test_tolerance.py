@@ -176,7 +176,7 @@ def _every_allowance() -> dict[str, Allowance]:
         "elementwise_product_allowance": tolerance.elementwise_product_allowance(result.out, allowance,
                                                                                  result.out, own),
         "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
-        "value_shift_allowance": tolerance.value_shift_allowance(10.0),
+        "value_shift_allowance": tolerance.value_shift_allowance(10.0, allowance, own, own, np.abs(result.out)),
         "row_entropy_allowance": tolerance.row_entropy_allowance(result.weights, allowance.largest()),
         "jacobian_norm_allowance": tolerance.jacobian_norm_allowance(result.weights, allowance.largest()),
         "rotated_inputs_allowance": tolerance.rotated_inputs_allowance(p.q, p.k, p.v, dtype="float16",
@@ -206,7 +206,8 @@ def test_named_rules_give_the_numbers_of_the_factors_they_name():
     assert np.array_equal(tolerance.difference_allowance(a, a).bound, 2 * a.bound)
     assert tolerance.difference_allowance(a.largest(), a.largest()).bound == 2 * a.bound.max()
     assert tolerance.cosine_exponent_allowance(0.5, 4).bound == 2 * 0.5 * tolerance.unit_vector_allowance(4).bound
-    assert tolerance.value_shift_allowance(10.0).bound == 10.0 / 2
+    shifted = tolerance.value_shift_allowance(10.0, a, a, a, np.array([[4.0, 0.0]]))
+    assert np.array_equal(shifted.bound, 12 * a.bound + 2 * tolerance.unit_roundoff("float64") * np.array([[4.0, 0]]))
     exact = np.array([[0.25, 0.75]])
     assert np.array_equal(tolerance.dropout_survivor_allowance(a, exact, 0.1, "float32").bound,
                           (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)

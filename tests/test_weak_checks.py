@@ -38,10 +38,10 @@ PROBLEMS = (build(batch=2, heads=4, heads_kv=2, n_q=7, n_k=7, d=5, d_v=7, seed=1
             build(n_q=5, n_k=5, d=3, d_v=5, seed=3, score_style="integers"))
 
 
-def _trial(target: str, problem) -> Trial:
+def _trial(target: str, problem, dtype: str = "float64") -> Trial:
     if not target.startswith("impls."):
         target = f"{ROOT}/tests/wrong_head_impls.py:{target}"
-    return Trial(Variant(load_impl(target), "float64"), problem)
+    return Trial(Variant(load_impl(target), dtype), problem)
 
 
 def _observe(trial: Trial, derive=lambda problem: problem):
@@ -169,6 +169,22 @@ def test_head_as_if_alone_accepts_correct_attention(target, h):
 def test_head_as_if_alone_rejects_shared_weights():
     with pytest.raises(PropertyViolation, match="out of query head 3 run alone differs"):
         heads.expect_head_as_if_alone(_trial("shared_head_weights", PROBLEMS[0]), 3)
+
+
+# -- seed 003 § 第三个概念 多头 (GQA): query head h reads kv head h // group, and no other -------
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+@pytest.mark.parametrize("target", CORRECT)
+@pytest.mark.parametrize("g", [0, 1])
+def test_kv_head_shift_accepts_correct_attention(target, g, dtype):
+    heads.expect_kv_head_read_by_its_group(_trial(target, PROBLEMS[0], dtype), g)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_kv_head_shift_rejects_a_fifth_leaked_from_the_next_kv_head(dtype):
+    """Half the shift (the old allowance) let this pass: the leak moves other heads by c / 5."""
+    with pytest.raises(PropertyViolation, match="the change of out when the values of kv head 0 move"):
+        heads.expect_kv_head_read_by_its_group(_trial("leaks_fifth_of_next_kv_head", PROBLEMS[0], dtype), 0)
 
 
 # -- seed 001 § 1.3: assert k_len == v_len ----------------------------------------------------

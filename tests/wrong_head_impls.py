@@ -95,3 +95,13 @@ def distance_scores(q, k, v, *, scale=None):
 def ignores_extra_values(q, k, v, *, scale=None):
     """Wrong: reads only the first n_k values, so v with more rows than k is accepted silently."""
     return _attend(_scores(q, k, scale), v[:, :, :k.shape[2]], q.shape[1])
+
+
+def leaks_fifth_of_next_kv_head(q, k, v, *, scale=None):
+    """Wrong: each query head's weights apply to 4/5 of its kv head's values and 1/5 of the next kv head's."""
+    heads, heads_kv = q.shape[1], k.shape[1]
+    kv = np.arange(heads) // (heads // heads_kv)
+    values = 0.8 * v[:, kv] + 0.2 * v[:, (kv + 1) % heads_kv]
+    scores = _scores(q, k, scale)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True) @ values
