@@ -35,6 +35,13 @@ def values_normalised(q, k, v, *, scale=None, mask=None):
     return _softmax(_scores(q, k, scale, mask)) @ (v / np.where(norms > 0, norms, 1.0))
 
 
+@attention_impl(name="wrong-output-off-its-weights", **CAPS)
+def output_off_its_weights(q, k, v, *, scale=None, mask=None):
+    """The weighted sum scaled by 1 + 1e-3: normalising the weights read through one-hot values removes the
+    factor, and the Monte Carlo mean cannot resolve a relative 1e-3 at 20000 draws, but out is not E_{j~W}[v_j]."""
+    return (1 + 1e-3) * (_softmax(_scores(q, k, scale, mask)) @ v)
+
+
 @attention_impl(name="wrong-ties-broken-by-position", **CAPS)
 def ties_broken_by_position(q, k, v, *, scale=None, mask=None):
     """A bias of 1e-7 j added to the scores "to break ties deterministically": invisible at ordinary scales, it

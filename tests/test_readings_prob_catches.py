@@ -15,6 +15,7 @@ IMPLS = "tests/readings_prob_impls.py"
 PROPERTIES = ("interpretations/test_probabilistic.py", "interpretations/test_information.py")
 CAUGHT = {  # function -> (record name, the claims it must fail)
     "values_normalised": ("wrong-values-normalised", {"attention-is-expectation"}),
+    "output_off_its_weights": ("wrong-output-off-its-weights", {"attention-is-expectation"}),
     "ties_broken_by_position": ("wrong-ties-broken-by-position", {"scale-to-infinity-is-argmax"}),
     "mask_added_before_scale": ("wrong-mask-added-before-scale", {"scale-to-zero-is-mean"}),
     "scale_as_temperature": ("wrong-scale-as-temperature", {"entropy-falls-with-scale"}),
