@@ -115,9 +115,15 @@ class ShapeRules:
     same_lengths: bool = False  # n_q == n_k required
     weights_visible: bool = False  # d >= n_k where d_v must equal d (past max_d if need be): one-hot values fit
     keys_cover_queries: bool = False  # n_q <= n_k: bottom-right causal alignment hides no query row entirely
+    queries_outnumber_keys: bool = False  # n_q > n_k required: bottom-right causal leaves the top n_q - n_k rows empty
     max_batch: int = 2
     max_heads_kv: int = 3
     fixed: bool = False  # drawn from FIXED_SHAPES where any is admitted (compiles_per_shape)
+
+    def __post_init__(self) -> None:
+        if self.queries_outnumber_keys and (self.keys_cover_queries or self.same_lengths or not self.cross):
+            raise ValueError("queries_outnumber_keys (n_q > n_k) contradicts keys_cover_queries, same_lengths "
+                             "or cross=False")
 
     @classmethod
     def for_caps(cls, caps: Capabilities | None, *, causal: bool = False, empty_rows: bool = False,
@@ -145,11 +151,14 @@ class ShapeRules:
                 and (self.gqa or group == 1) and (self.cross or n_q == n_k) and (self.value_dim or d == d_v)
                 and (not self.different_lengths or n_q != n_k) and (not self.same_lengths or n_q == n_k)
                 and (not self.weights_visible or self.value_dim or d >= n_k)
-                and (not self.keys_cover_queries or n_q <= n_k))
+                and (not self.keys_cover_queries or n_q <= n_k)
+                and (not self.queries_outnumber_keys or n_q > n_k))
 
     def aligned(self, shape: Shape) -> Shape:
-        """The shape, with n_q and n_k swapped where keys_cover_queries needs n_q <= n_k."""
-        if self.keys_cover_queries and shape.n_q > shape.n_k:
+        """The shape, with n_q and n_k swapped where keys_cover_queries needs n_q <= n_k or
+        queries_outnumber_keys n_q > n_k."""
+        if (self.keys_cover_queries and shape.n_q > shape.n_k) or (self.queries_outnumber_keys
+                                                                   and shape.n_q < shape.n_k):
             return shape._replace(n_q=shape.n_k, n_k=shape.n_q)
         return shape
 
@@ -159,7 +168,7 @@ def _free_shapes(draw, rules: ShapeRules) -> Shape:
     """Any shape the rules admit: lengths around tile boundaries, head dims that are not powers of two, GQA."""
     drawn_length = lengths(rules.max_n, min_n=rules.min_n, near=rules.near)
     n_q = draw(drawn_length)
-    if rules.different_lengths:
+    if rules.different_lengths or rules.queries_outnumber_keys:
         n_k = draw(drawn_length.filter(lambda n: n != n_q))
     elif rules.cross and not rules.same_lengths and draw(st.booleans()):
         n_k = draw(drawn_length)
@@ -167,6 +176,8 @@ def _free_shapes(draw, rules: ShapeRules) -> Shape:
         n_k = n_q
     if rules.keys_cover_queries:
         n_q, n_k = sorted((n_q, n_k))
+    if rules.queries_outnumber_keys:
+        n_k, n_q = sorted((n_q, n_k))
     d = draw(head_dims(rules.max_d))
     if rules.weights_visible and not rules.value_dim:
         d = max(d, n_k)
@@ -235,7 +246,7 @@ def problems(
     causal / masked ask for those features (the caller checks the capability); scale=True lets an
     explicit scale be drawn when the implementation takes one; empty_rows keeps fully masked rows.
     shape_flags are fields of ShapeRules (min_n, max_n, near, max_d, weights_visible,
-    different_lengths, same_lengths), narrowed to `caps` by ShapeRules.for_caps.
+    different_lengths, same_lengths, queries_outnumber_keys), narrowed to `caps` by ShapeRules.for_caps.
     """
     rules = ShapeRules.for_caps(caps, causal=causal, empty_rows=empty_rows, **shape_flags)
 

@@ -27,7 +27,7 @@ from hypothesis.errors import NoSuchExample
 
 from impls.registry import Capabilities
 from specs.problems import MASK_LAYOUTS, SCORE_STYLES, Problem, Recipe
-from specs.reference import repeat_kv
+from specs.reference import attention, repeat_kv
 from specs.strategies import (
     FIXED_SHAPES,
     MASK_DENSITIES,
@@ -172,6 +172,7 @@ IGNORED = {
     "value_dim": ShapeRules(value_dim=False),
     "weights_visible": ShapeRules(value_dim=False, weights_visible=True),
     "keys_cover_queries": ShapeRules(keys_cover_queries=True),
+    "queries_outnumber_keys": ShapeRules(queries_outnumber_keys=True),
     "max_d": ShapeRules(max_d=4),
     "min_n": ShapeRules(min_n=3),
     "max_n": ShapeRules(max_n=10),
@@ -197,7 +198,8 @@ def test_bottom_right_lengths_are_ordered_before_d_is_widened():
 
 @pytest.mark.parametrize("options", [{}, dict(different_lengths=True), dict(same_lengths=True, min_n=2),
                                      dict(value_dim=False, weights_visible=True), dict(gqa=False, cross=False),
-                                     dict(keys_cover_queries=True)], ids=lambda o: ",".join(o) or "plain")
+                                     dict(keys_cover_queries=True), dict(queries_outnumber_keys=True)],
+                         ids=lambda o: ",".join(o) or "plain")
 def test_fixed_rules_draw_only_fixed_shapes(options):
     """compiles_per_shape: only FIXED_SHAPES (n_q, n_k swapped where keys_cover_queries needs it). A strategy
     ignoring `fixed` draws free shapes and is caught."""
@@ -205,6 +207,28 @@ def test_fixed_rules_draw_only_fixed_shapes(options):
     menu = [rules.aligned(s) for s in FIXED_SHAPES]
     assert counterexample(shapes(rules), lambda s: s not in menu) is None
     assert counterexample(shapes(replace(rules, fixed=False)), lambda s: s not in menu) is not None
+
+
+@pytest.mark.parametrize("contradiction", [dict(keys_cover_queries=True), dict(same_lengths=True),
+                                           dict(cross=False)], ids=lambda c: ",".join(c))
+def test_queries_outnumber_keys_rejects_rules_that_forbid_it(contradiction):
+    with pytest.raises(ValueError, match="queries_outnumber_keys"):
+        ShapeRules(queries_outnumber_keys=True, **contradiction)
+
+
+def test_bottom_right_problems_with_more_queries_have_empty_top_rows():
+    """queries_outnumber_keys reaches fully-masked-rows-zero's bottom-right case: every draw leaves its top
+    n_q - n_k rows without a key (and the strategy as it was, empty_rows alone, draws n_q <= n_k too)."""
+    caps = Capabilities(causal=True, causal_alignment="bottom_right")
+    more = problems(caps=caps, causal=True, empty_rows=True, queries_outnumber_keys=True)
+
+    def sees_a_key_in_every_row(p: Problem) -> bool:
+        allowed = attention(p.q, p.k, p.v, causal=True, causal_alignment="bottom_right").allowed
+        return bool(allowed.any(axis=-1).all())
+
+    assert counterexample(more, sees_a_key_in_every_row) is None
+    assert counterexample(problems(caps=caps, causal=True, empty_rows=True), sees_a_key_in_every_row) is not None
+    assert find(more, lambda _: True, settings=SEARCH).recipe == Recipe(n_q=2, causal=True, empty_rows=True)
 
 
 def test_for_caps_narrows_the_flags_to_the_capabilities():
