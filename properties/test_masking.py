@@ -12,10 +12,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from harness.guarded_call import as_numpy
 from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, check_against_oracle, problems_for
-from specs.problems import build
+from specs.problems import Problem, build
 from specs.reference import attention
 from specs.tolerance import exponent_range
 
@@ -128,21 +129,83 @@ def test_boolean_mask_gives_hidden_keys_zero_weight(variant, data):
     _fail_on_hidden_weight(trial, observe_weights(trial))
 
 
+def _worst(values: np.ndarray, bad: np.ndarray) -> tuple[int, ...]:
+    """The index of the worst of `values` where `bad`: a NaN first, else the largest magnitude."""
+    score = np.where(bad, np.nan_to_num(np.abs(values), nan=np.inf, posinf=np.finfo(np.float64).max), -1.0)
+    return tuple(int(i) for i in np.unravel_index(np.argmax(score), values.shape))
+
+
+def _empty_rows_script(call_line: str, alignment: str, printed: str) -> str:
+    """The repro's last lines: the call, the rows the oracle lets see no key, and `printed` on those rows."""
+    return "\n".join([call_line, "empty = ~attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
+                                  f"causal_alignment={alignment!r}).allowed.any(axis=-1)", f"print({printed})"])
+
+
+def _expect_empty_rows_zero(trial: Trial, problem: Problem, how: str) -> None:
+    """Every query row that the oracle lets see no key has output exactly 0 and, where the implementation
+    returns its LSE (capability lse), LSE -inf: in the plain call and in the return_lse=True call."""
+    allowed = attention(*trial.exact_inputs(problem), **trial.oracle_kwargs(problem), finite=False).allowed
+    empty = ~allowed.any(axis=-1)  # (batch, heads, n_q)
+    rows = f"{int(empty.sum())} of {empty.size} query rows see no key ({how})"
+    alignment = trial.variant.capabilities.causal_alignment
+    plain, with_lse = "out = fn(q, k, v, **p.kwargs())", "out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)"
+    calls = [(plain, trial.call_raw(problem), None)]
+    if trial.variant.capabilities.lse:
+        raw = trial.call_raw(problem, return_lse=True)
+        if not isinstance(raw, tuple) or len(raw) != 2:
+            trial.fail("declared lse=True but return_lse=True did not return (out, lse)", problem,
+                       call_line=with_lse)
+        lse = as_numpy(raw[1])
+        if lse is None or lse.shape != empty.shape:
+            trial.fail(f"lse has shape {getattr(lse, 'shape', type(raw[1]).__name__)}, not (batch, heads, n_q) = "
+                       f"{empty.shape}", problem, call_line=with_lse)
+        calls.append((with_lse, raw[0], lse.astype(np.float64)))
+    for line, raw_out, lse in calls:
+        out = trial.check_output(raw_out, problem, call_line=line, finite=False)
+        wrong = empty[..., None] & (out != 0)
+        if wrong.any():
+            where = _worst(out, wrong)
+            trial.fail("a query row with no visible key has a non-zero output", problem, details=(
+                f"out{list(where)} = {out[where]!r}; a fully masked row gives exactly 0", rows,
+                f"{int(wrong.any(axis=-1).sum())} of them are not 0"),
+                script=_empty_rows_script(line, alignment, "as_float64(out)[empty]"))
+        if lse is not None and (empty & (lse != -np.inf)).any():
+            where = _worst(lse, empty & (lse != -np.inf))
+            trial.fail("a query row with no visible key has a log-sum-exp other than -inf", problem, details=(
+                f"lse{list(where)} = {lse[where]!r}; the log of an empty sum is -inf", rows,
+                f"{int((empty & (lse != -np.inf)).sum())} of them are not -inf"),
+                script=_empty_rows_script(line, alignment, "as_float64(lse)[empty]"))
+
+
 @checks("fully-masked-rows-zero")
 @pytest.mark.requires("mask")
 @given(data=st.data())
-def test_fully_masked_row_gives_zero_output(variant, data):
+def test_fully_masked_rows_give_zero_output(variant, data):
+    """Rows the mask hides entirely: the drawn mask's own (empty_rows keeps them) and a drawn set of rows,
+    emptied in every batch and head or in one of them."""
     problem = data.draw(problems_for(variant, masked=True, empty_rows=True), label="problem")
-    problem = problem.derive(
-        "m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); m[:, :, 0, :] = False; "
-        "p = p.replace(mask=m)")
-    trial = Trial(variant, problem)
-    empty_rows = trial.call()[:, :, 0]
-    if np.any(empty_rows != 0):
-        where = tuple(int(i) for i in np.argwhere(empty_rows != 0)[0])
-        trial.fail("a query row with no visible key has a non-zero output",
-                   details=(f"out[{where[0]}, {where[1]}, 0, {where[2]}] = {empty_rows[where]!r}; "
-                            "fully masked rows give 0",))
+    b, h, n_q, _ = problem.q.shape
+    rows = sorted(data.draw(st.sets(st.integers(0, n_q - 1), min_size=1), label="emptied rows"))
+    where = data.draw(st.none() | st.tuples(st.integers(0, b - 1), st.integers(0, h - 1)),
+                      label="emptied in batch, head (None: all)")
+    heads = ":, :" if where is None else f"{where[0]}, {where[1]}"
+    emptied = problem.derive(f"m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); "
+                             f"m[{heads}, {rows}, :] = False; p = p.replace(mask=m)")
+    _expect_empty_rows_zero(Trial(variant, emptied), emptied, f"the drawn mask's, and rows {rows} emptied at [{heads}]")
+
+
+@checks("fully-masked-rows-zero")
+@pytest.mark.requires("causal", "cross")
+@given(data=st.data())
+def test_rows_before_the_first_key_give_zero_output(variant, data):
+    """Bottom-right causal alignment with n_q > n_k: query i sees keys j <= i - (n_q - n_k), so the top
+    n_q - n_k rows see none."""
+    if variant.capabilities.causal_alignment != "bottom_right":
+        pytest.skip("top-left causal alignment lets every query row see key 0: no row is empty")
+    problem = data.draw(problems_for(variant, causal=True, empty_rows=True, queries_outnumber_keys=True),
+                        label="problem")
+    _expect_empty_rows_zero(Trial(variant, problem), problem,
+                            f"bottom-right causal, the top n_q - n_k = {problem.n_q - problem.n_k}")
 
 
 @checks("mask-is-additive-not-multiplicative")
