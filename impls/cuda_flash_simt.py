@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from impls.cuda.geometry import TileGeometry
 from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
 from impls.cuda.records import cuda_records
 from specs.validation import AttentionInputError, AttentionShape, check_causal, check_mask, check_shapes, resolve_scale
@@ -16,6 +17,8 @@ STORAGE = {np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
 MAX_DIM = 256  # the kernel's register accumulators cover 8 columns per lane
 MAX_WARPS, ROWS_PER_WARP, BLOCK_COLS = 4, 4, 32  # the kernel's constants
 MAX_GRID_YZ = 65535
+# lane j owns output columns j, j + 32, ...: one column up to d_v = 32, all eight register chunks at 256
+HEAD_DIM_CLASSES = (32, MAX_DIM)
 
 
 def check_inputs(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> AttentionShape:
@@ -90,7 +93,9 @@ def flash_simt_bottom_right(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scal
                       causal_alignment="bottom_right", executor=executor)
 
 
-CAPABILITIES = dict(lse=True, fused=True)
+# blocks of up to MAX_WARPS * ROWS_PER_WARP rows of one head; K/V tiles of BLOCK_COLS keys whatever the head dim
+GEOMETRY = TileGeometry(dict.fromkeys(HEAD_DIM_CLASSES, BLOCK_COLS), MAX_WARPS * ROWS_PER_WARP)
+CAPABILITIES = dict(lse=True, fused=True, geometry=GEOMETRY)
 flash_simt_on_device, flash_simt_on_cpu = cuda_records(
     "flash-simt", flash_simt_top_left, causal_alignment="top_left", dtypes=("float32", "float16"), **CAPABILITIES)
 # The alignment is one integer offset whatever the storage type: the bottom-right records run float32 only (the

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from impls.cuda.geometry import TileGeometry
 from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
 from impls.cuda.records import cuda_records
 from specs.validation import AttentionInputError, check_causal, check_mask, check_shapes, resolve_scale
@@ -113,5 +114,8 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = No
     return (result, results[5]) if return_lse else result
 
 
+# a block holds 64 of the group x n_q (query head, position) rows of a kv head; K/V tiles per head-dim class
+GEOMETRY = TileGeometry({d_max: key_tile(d_max) for d_max in HEAD_DIM_CLASSES}, ROWS_PER_BLOCK, rows_span_group=True)
 flash_wmma_on_device, flash_wmma_on_cpu = cuda_records(
-    "flash-wmma", run, dtypes=("float16", "bfloat16"), lse=True, causal_alignment="top_left", fused=True)
+    "flash-wmma", run, dtypes=("float16", "bfloat16"), lse=True, causal_alignment="top_left", fused=True,
+    geometry=GEOMETRY)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from impls.cuda.geometry import TileGeometry
 from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
 from impls.cuda.records import cuda_records
-from impls.cuda_flash_simt import STORAGE, check_inputs, mask_arguments
+from impls.cuda_flash_simt import HEAD_DIM_CLASSES, STORAGE, check_inputs, mask_arguments
 from impls.numpy_paged import page_cache
 from impls.numpy_tiled import check_block_size
 from specs.validation import AttentionInputError, check_causal, resolve_scale
@@ -21,6 +22,9 @@ from specs.validation import AttentionInputError, check_causal, resolve_scale
 KERNEL = KernelSource(KERNEL_DIR / "paged_decode.cu", ("paged_decode<float>", "paged_decode<__half>"))
 MAX_WARPS, CHUNK = 4, 32  # the kernel's constants
 MAX_GRID_X = 2**31 - 1
+# one query per block; warp w takes the chunks of CHUNK keys w, w + warps, ...: a warp's second chunk (its online
+# softmax across chunks) starts MAX_WARPS * CHUNK keys on; lanes own output columns as in flash_simt.cu
+GEOMETRY = TileGeometry(dict.fromkeys(HEAD_DIM_CLASSES, MAX_WARPS * CHUNK), 1)
 
 
 def paged_cache(k: np.ndarray, v: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,4 +70,4 @@ def paged_decode(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | 
 
 paged_decode_on_device, paged_decode_on_cpu = cuda_records(
     "paged-decode", paged_decode, dtypes=("float32", "float16"), lse=True, causal_alignment="bottom_right",
-    tile_keywords=("page_size",))
+    tile_keywords=("page_size",), geometry=GEOMETRY)

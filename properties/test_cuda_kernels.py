@@ -1,9 +1,12 @@
 """Every CUDA kernel executed on the CPU under the checkers of impls/cuda/on_cpu.py, on the problems the
-properties draw (small: each call is a build-cached driver process running the block's threads as OS threads):
-AddressSanitizer for out-of-bounds global and shared accesses, ThreadSanitizer for races between the threads
-of a block, and the emulator's barrier accounting for divergence (a thread that returned, or threads at
-different __syncthreads(), while others wait). The same checks on a GPU are compute-sanitizer's memcheck,
-racecheck and synccheck (tools/gpu-check)."""
+properties draw (small: each call is a build-cached driver process) and on the fixed tile-edge cases its
+declared geometry gives (impls/cuda/geometry.py: two key tiles + 1, two query blocks + 1, every head-dim class,
+batch 2 with 2 kv heads, causal and masked): AddressSanitizer for out-of-bounds global and shared accesses,
+ThreadSanitizer for races between the threads of a block, and the emulator's barrier accounting for divergence
+(a thread that returned, or threads at different __syncthreads(), while others wait). The same checks on a GPU
+are compute-sanitizer's memcheck, racecheck and synccheck (tools/gpu-check). The fixed cases also run against
+the oracle on the plain CPU build (tiled-equals-global, seed 001 § 2.2): the paths past the first key tile and
+the first query block are where a tiled kernel's online softmax and barriers can break."""
 
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.markers import checks
-from harness.trial import Trial, problems_for
+from harness.trial import Trial, check_against_oracle, problems_for
+from impls.cuda.geometry import TileCase
 from impls.cuda.on_cpu import KernelDefect
 from impls.registry import Variant
+from specs.problems import Problem, build
 
 # memcheck and racecheck run one OS thread per CUDA thread, block after block: one sequence and one kv head
 # (query heads still grouped: GQA) keep a call near a second
@@ -31,18 +36,36 @@ def check_kernel(variant: Variant, data: st.DataObject, checker: str) -> None:
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
     problem = data.draw(problems_for(variant, causal=causal, masked=masked, **SMALL), label="problem")
-    trial = Trial(variant, problem)
+    run_checked(Trial(variant, problem), checker, blocks)
+
+
+def run_checked(trial: Trial, checker: str, blocks: dict, case: TileCase | None = None) -> None:
+    """Run the trial's problem under `checker`; a report fails the claim the checker encodes."""
     extra = ", ".join(f"{key}={value!r}" for key, value in blocks.items())
     script = (f"fn.cuda_run(q, k, v, **p.kwargs(), {extra + ', ' if extra else ''}executor={checker!r})"
               "  # raises KernelDefect with the checker's report")
     try:
-        variant.impl.fn.cuda_run(*trial.inputs(), **problem.kwargs(), **blocks, executor=checker)
+        trial.variant.impl.fn.cuda_run(*trial.inputs(), **trial.problem.kwargs(), **blocks, executor=checker)
     except KernelDefect as defect:
         # ThreadSanitizer also reports accesses to freed memory: those break memory safety, not race freedom
         memory = checker == "racecheck" and "ThreadSanitizer: data race" not in defect.report
-        trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}): "
+        at = f" at the tile edge case {case.name}" if case else ""
+        trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}){at}: "
                    f"{defect.report.splitlines()[0]}", details=(defect.report,), script=script,
                    claim="kernel-memory-safe" if memory else CHECKER_CLAIMS[checker])
+
+
+def tile_edge_cases(variant: Variant) -> list[tuple[TileCase, Problem]]:
+    """The fixed cases of the kernel's declared geometry, built; a skip where it declares none."""
+    geometry = getattr(variant.impl.fn, "cuda_geometry", None)
+    if geometry is None:
+        pytest.skip("the record declares no tile geometry (cuda_records(geometry=...)): no fixed tile-edge cases")
+    return [(case, build(**case.recipe)) for case in geometry.tile_edge_cases(variant.capabilities)]
+
+
+def check_tile_edges(variant: Variant, checker: str) -> None:
+    for case, problem in tile_edge_cases(variant):
+        run_checked(Trial(variant, problem), checker, {}, case)
 
 
 @checks("kernel-memory-safe")
@@ -67,3 +90,29 @@ def test_kernel_threads_do_not_race(variant, data):
 @given(data=st.data())
 def test_every_thread_reaches_every_barrier(variant, data):
     check_kernel(variant, data, "synccheck")
+
+
+@checks("kernel-memory-safe")
+@pytest.mark.requires("cuda_checkers")
+def test_kernel_accesses_stay_in_bounds_at_tile_edges(variant):
+    check_tile_edges(variant, "memcheck")
+
+
+@checks("kernel-race-free", "kernel-memory-safe")
+@pytest.mark.requires("cuda_checkers")
+def test_kernel_threads_do_not_race_at_tile_edges(variant):
+    check_tile_edges(variant, "racecheck")
+
+
+@checks("kernel-barrier-uniform")
+@pytest.mark.requires("cuda_checkers")
+def test_every_thread_reaches_every_barrier_at_tile_edges(variant):
+    check_tile_edges(variant, "synccheck")
+
+
+@checks("tiled-equals-global")
+@pytest.mark.requires("cuda_checkers")
+def test_tile_edges_match_oracle(variant):
+    """Each fixed tile-edge case on the plain CPU build, within the tolerance model of the oracle."""
+    for _, problem in tile_edge_cases(variant):
+        check_against_oracle(variant, problem)
