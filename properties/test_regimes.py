@@ -12,12 +12,14 @@ import inspect
 import numpy as np
 import pytest
 
+from harness.assertions import compare
 from harness.markers import checks
 from harness.regimes import cases, skip_unless_fits
+from harness.repro import cast_line
 from harness.trial import Trial, check_against_oracle
 from specs import regimes
 from specs.layouts import LAYOUTS
-from specs.problems import build
+from specs.problems import Problem, build
 from specs.tolerance import difference_allowance
 
 
@@ -92,12 +94,27 @@ def _changed_inputs(trial: Trial, before: list[np.ndarray], after: tuple[np.ndar
                        details=(f"{int(np.sum(x != kept))} of {x.size} elements of {name} changed",))
 
 
+def _sequence_script(a: Problem, b: Problem, position: int, dtype: str, causal_alignment: str) -> str:
+    """The repro of the calls on A, B, A: the three calls in order, then call `position`'s distance from its
+    oracle (a stale state shows only after the calls before it)."""
+    cast = cast_line(dtype).replace("\n", "\n    ")
+    return "\n".join([
+        a.code(), "a = p", b.code(), "b = p", "outs = []",
+        "for p in (a, b, a):", f"    {cast}", "    outs.append(as_float64(fn(q, k, v, **p.kwargs())))",
+        f"p = {'aba'[position]}", cast_line(dtype),
+        "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
+        f"causal_alignment={causal_alignment!r})",
+        f"print(np.abs(outs[{position}] - oracle.out).max())",
+    ])
+
+
 @checks("calls-are-independent")
 @pytest.mark.parametrize("regime", cases(regimes.SEQUENCE_LENGTHS[:1] + regimes.HEAD_DIMS[1:2]))
 def test_repeated_calls_follow_new_values_and_leave_inputs_alone(variant, regime):
     """Three calls with one shape: values A, then B, then A again. No call writes to its inputs; B's output
     is not A's (where the oracle says they differ beyond both allowances: a cache keyed by shape returns it);
-    the second call on A gives what the first gave."""
+    where one call is within its oracle's allowance, every call is within its own (a cache that keeps part of
+    A, say its transformed K, gives neither A's output nor B's); the second call on A gives what the first gave."""
     a = skip_unless_fits(variant, regime)
     b = regime.problem(seed=regime.recipe["seed"] + 1)
     outs = []
@@ -115,6 +132,16 @@ def test_repeated_calls_follow_new_values_and_leave_inputs_alone(variant, regime
         trial_b.fail("the call on new values returned the previous call's output",
                      details=(f"{int(stale.sum())} elements equal the output on {a!r} exactly, where the oracle "
                               "says they differ",))
+    calls = [(trial_a, out, oracle_a, allowance_a) if values == "A" else (trial_b, out, oracle_b, allowance_b)
+             for values, out in zip("ABA", outs, strict=True)]
+    # an implementation off its oracle on every call computes another formula (other claims' failure); one
+    # within it on some call computes attention, and then every call must be within its own
+    if any(compare(out, oracle.out, allowance).within for _, out, oracle, allowance in calls):
+        for position, (trial, out, oracle, allowance) in enumerate(calls):
+            trial.expect_close(out, oracle.out, allowance, what=f"out of call {position + 1} (on {'ABA'[position]}; "
+                               "calls on A, B, A)", versus="its float64 oracle, where another call is within its own",
+                               script=_sequence_script(a, b, position, variant.dtype,
+                                                       variant.capabilities.causal_alignment))
     _, allowance = trial_a.own_output()
     trial_a.expect_close(outs[2], outs[0], allowance, what="out of the second call on the same values",
                          versus="the first call's out")
