@@ -93,9 +93,13 @@ def check_shapes(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, finite: bool = 
 
 
 def resolve_scale(scale: object, d: int) -> float:
-    """`None` means 1/sqrt(d); anything else must be a finite real number."""
+    """`None` means 1/sqrt(d); anything else must be a finite real number: a Python int or float, a NumPy
+    scalar, or a 0-d NumPy array of a real dtype (what `np.asarray(0.5)` or a reduction kept as an array gives)."""
     if scale is None:
         return 1.0 / math.sqrt(d)
+    if isinstance(scale, np.ndarray) and scale.ndim == 0 and (np.issubdtype(scale.dtype, np.floating)
+                                                             or np.issubdtype(scale.dtype, np.integer)):
+        scale = scale[()]
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
         raise AttentionInputError(f"scale must be a real number or None, got {type(scale).__name__}")
     if not math.isfinite(float(scale)):
