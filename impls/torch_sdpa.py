@@ -37,9 +37,33 @@ def _probe(backend: SDPBackend) -> str | None:
     return None
 
 
+# specs/keyword_edges.py's scale and mask edges: the derive step's comment names the edge
+def scale_as_float_only(dtypes: tuple[str, ...]) -> dict:
+    """The declaration of a record whose `scale` goes to torch's scaled_dot_product_attention as it came."""
+    return {"scale-keyword-domain": {
+        "why": "torch's scaled_dot_product_attention takes `scale` as a Python float only: a 0-d NumPy array "
+               "raises TypeError (a NumPy scalar, which converts to float, is accepted)",
+        "dtypes": dtypes,
+        "match": r"raised TypeError: scaled_dot_product_attention\(\): argument 'scale' must be float, "
+                 r"not numpy\.ndarray(?s:.*)\ninput: .*# a 0-d array",
+    }}
+
+
+FLASH_MASK_RANKS = {
+    "mask-keyword-domain": {
+        "why": "torch 2.13's CPU flash kernel takes a mask of rank 2 or 4 only: a rank-1 mask raises IndexError "
+               "and a rank-3 one finds no kernel (MATH broadcasts every rank)",
+        "dtypes": ("float64", "float32", "bfloat16"),
+        "match": r"raised (IndexError: Dimension out of range|RuntimeError: No available kernel)(?s:.*)\ninput: "
+                 r".*# [^\n]*, rank [13], shape",
+    },
+}
+
+
 @attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"),
                 causal_alignment="top_left", tensors="torch",
-                known_defects=nan_findings(("float64", "float32", "float16", "bfloat16"), drops_visible_nan=False))
+                known_defects={**scale_as_float_only(("float64", "float32", "float16", "bfloat16")),
+                               **nan_findings(("float64", "float32", "float16", "bfloat16"), drops_visible_nan=False)})
 def sdpa_math(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -66,7 +90,8 @@ UNCHECKED_VALUE_LENGTH = {
 
 @attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32", "bfloat16"),
                 causal_alignment="top_left", value_dim=False, fused=True, tensors="torch",
-                known_defects={**UNCHECKED_VALUE_LENGTH,
+                known_defects={**UNCHECKED_VALUE_LENGTH, **FLASH_MASK_RANKS,
+                               **scale_as_float_only(("float64", "float32", "bfloat16")),
                                **nan_findings(("float64", "float32", "bfloat16"), drops_visible_nan=True)},
                 probe=lambda: _probe(SDPBackend.FLASH_ATTENTION))
 def sdpa_flash_cpu(

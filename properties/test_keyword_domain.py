@@ -1,0 +1,139 @@
+"""Every keyword over its whole domain (DESIGN.md, CONTRACT 1): the edges of specs.keyword_edges against the
+float64 oracle through the tolerance model, one property per keyword family.
+
+A declared keyword is a promise over its whole domain: `scale` at 0, negative, subnormal, huge and as an int,
+a NumPy scalar or a 0-d array; masks hiding everything, nothing or one key, stored at every rank that
+broadcasts; `dropout_p` at 0 (bit for bit the call without dropout) and close to 1 (survivors rescaled by
+1/(1 - p)); the LSE of every row, -inf for a row that sees no key, and rows whose scores are all huge or all
+tiny. Where the naive formula of a lower precision overflows (a huge scale in float16) the tolerance model
+has nothing to scale and the input is rejected (specs.tolerance.ToleranceUndefined). Failure messages name
+the keyword and its value (Edge.describe); tests/test_keyword_edges.py shows wrong implementations failing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, reject
+from hypothesis import strategies as st
+
+from harness.guarded_call import as_numpy
+from harness.markers import checks
+from harness.observe import observe_weights
+from harness.repro import call_line_for
+from harness.trial import Trial, problems_for
+from properties.test_dropout import dropout_call
+from specs.dropout_mask import keep_mask
+from specs.keyword_edges import DROPOUT_EDGES, LSE_SCORE_EDGES, mask_edges, scale_edges, with_mask, with_scale
+from specs.problems import build
+from specs.tolerance import ToleranceUndefined, dropout_survivor_allowance, forward_allowance, lse_allowance
+
+SHAPES = dict(max_n=40, max_d=32)  # the edges are in the keywords, not the sizes: keep the draws cheap
+SEED = 41_000
+EMPTY_FIRST_ROW = ("m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); m[:, :, 0, :] = False; "
+                   "p = p.replace(mask=m)")
+
+
+@checks("scale-keyword-domain")
+@pytest.mark.requires("scale")
+@given(data=st.data())
+def test_scale_edges_match_the_oracle(variant, data):
+    edge = data.draw(scale_edges(), label="scale edge")
+    masked = variant.capabilities.mask and data.draw(st.booleans(), label="masked")
+    base = data.draw(problems_for(variant, scale=False, masked=masked, **SHAPES), label="problem")
+    trial = Trial(variant, with_scale(base, edge))
+    oracle, allowance = trial.oracle()
+    trial.expect_close(trial.call(), oracle.out, allowance, what=f"out at {edge.describe()}")
+
+
+@checks("mask-keyword-domain")
+@pytest.mark.requires("mask")
+@given(data=st.data())
+def test_mask_edges_match_the_oracle(variant, data):
+    """One mask pattern per example, stored at every rank."""
+    base = data.draw(problems_for(variant, **SHAPES), label="problem")
+    for edge in data.draw(mask_edges(base), label="mask edges"):
+        trial = Trial(variant, with_mask(base, edge))
+        oracle, allowance = trial.oracle()
+        trial.expect_close(trial.call(), oracle.out, allowance, what=f"out with {edge.describe()}")
+
+
+@checks("dropout-keyword-domain")
+@pytest.mark.requires("dropout")
+def test_dropout_edges(variant):
+    """dropout_p = 0 gives the output of the call without dropout bit for bit; at rates close to 1 the mask
+    recovered from the one-hot call keeps survivors at p_ij / (1 - p), the output is the oracle's
+    (P * keep / (1 - p)) V under it, and with dropout_seed the mask is specs.dropout_mask's."""
+    problem = build(batch=4, heads=2, heads_kv=2, n_q=32, n_k=32, d=8, d_v=8, seed=SEED)
+    trial = Trial(variant, problem)
+    plain = trial.call(problem)
+    zero = trial.call(problem, **dropout_call(variant, SEED, 0.0))
+    if not np.array_equal(zero, plain):
+        where = tuple(int(i) for i in np.argwhere(zero != plain)[0])
+        trial.fail("dropout_p=0.0 (the edge: no dropout) does not give the output of the call without dropout "
+                   "bit for bit", details=(f"out{list(where)} = {zero[where]!r} with dropout_p=0.0, "
+                                           f"{plain[where]!r} without; {int((zero != plain).sum())} elements "
+                                           "differ",))
+    for p in DROPOUT_EDGES[1:]:
+        keywords = dropout_call(variant, SEED, p)
+        observed = observe_weights(trial, problem, **keywords)
+        exact = observed.oracle.weights
+        if not np.all(exact > 1e-6):
+            raise AssertionError("the problem must keep every weight far from 0, or a dropped weight could not "
+                                 "be told from an underflowed one")
+        keep = observed.weights != 0
+        seed = keywords.pop("global_seed", None)
+        call_line = call_line_for(keywords, global_seed=seed)
+        if variant.capabilities.dropout_seed:
+            expected = keep_mask(SEED, p, keep.shape)
+            if not np.array_equal(keep, expected):
+                trial.fail(f"at dropout_p={p} the mask differs from specs.dropout_mask.keep_mask({SEED}, {p}, ...) "
+                           f"at {int((keep != expected).sum())} of {keep.size} positions", observed.problem,
+                           call_line=call_line)
+        trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - p), 0.0),
+                           dropout_survivor_allowance(observed.allowance, exact, p, variant.dtype),
+                           what=f"surviving weights at dropout_p={p}", versus="p_ij / (1 - p)",
+                           problem=observed.problem, call_line=call_line)
+        out = trial.call(problem, **dropout_call(variant, SEED, p))
+        oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
+                                              **trial.oracle_kwargs(problem), keep=keep, dropout_p=p)
+        trial.expect_close(out, oracle.out, allowance, what=f"out at dropout_p={p}",
+                           versus="the oracle's (P * keep / (1 - p)) V under the recovered mask", call_line=call_line)
+
+
+@checks("lse-keyword-domain")
+@pytest.mark.requires("lse", "mask")
+@given(data=st.data())
+def test_lse_of_every_row(variant, data):
+    """Each query head's first row sees no key (lse exactly -inf); the other rows' scores are ordinary, all
+    huge, all hugely negative or all tiny (specs.keyword_edges.LSE_SCORE_EDGES)."""
+    base = data.draw(problems_for(variant, masked=True, empty_rows=True, score_styles=("normal", "integers"),
+                                  **SHAPES), label="problem")
+    label, step = data.draw(st.sampled_from(LSE_SCORE_EDGES), label="scores")
+    problem = (base if step == "p = p" else base.derive(step)).derive(EMPTY_FIRST_ROW)
+    trial = Trial(variant, problem)
+    call_line = "out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)"
+    raw = trial.call_raw(problem, return_lse=True)
+    if not isinstance(raw, tuple) or len(raw) != 2:
+        trial.fail("declared lse=True but return_lse=True did not return (out, lse)", call_line=call_line)
+    oracle, allowance = trial.oracle()
+    trial.expect_close(trial.check_output(raw[0], problem, call_line=call_line), oracle.out, allowance,
+                       what=f"out ({label}, first rows empty)", call_line=call_line)
+    lse = as_numpy(raw[1])
+    if lse is None or lse.shape != oracle.lse.shape:
+        trial.fail(f"return_lse=True returned lse of shape {getattr(raw[1], 'shape', None)}, expected "
+                   f"(batch, heads, n_q) = {oracle.lse.shape}", call_line=call_line)
+    lse = lse.astype(np.float64)
+    empty = oracle.lse == -np.inf
+    wrong = empty & (lse != -np.inf)
+    if wrong.any():
+        where = tuple(int(i) for i in np.argwhere(wrong)[0])
+        trial.fail(f"lse of a row that sees no key is not -inf ({label})", call_line=call_line,
+                   details=(f"lse{list(where)} = {lse[where]!r}, expected -inf; {int(wrong.sum())} of "
+                            f"{int(empty.sum())} empty rows",))
+    try:
+        bound = lse_allowance(*trial.exact_inputs(), dtype=variant.dtype, oracle=oracle, **trial.oracle_kwargs())
+    except ToleranceUndefined:
+        reject()  # the naive log-sum-exp overflows in this dtype: the rule has nothing to scale
+    trial.expect_close(np.where(empty, 0.0, lse), np.where(empty, 0.0, oracle.lse), bound,
+                       what=f"lse ({label})", call_line=call_line)

@@ -1,0 +1,120 @@
+"""The edges of each keyword of the protocol (DESIGN.md, CONTRACT 1), as Hypothesis strategies.
+
+specs.strategies draws keywords from their typical values; a declared keyword is a promise over its whole
+domain, and implementations break at its edges. Each edge is an `Edge`: the keyword, what the edge is, the
+value, and the Python expression that rebuilds it (the repro snippet's step and the failure message use it).
+
+- scale (resolve_scale in specs.validation: any finite real, a Python int or float, a NumPy scalar, a 0-d
+  array): 0 (every visible key weighs the same), negative (the ranking reversed), subnormal, huge (scores far
+  beyond exp's range: one-hot weights; a lower precision whose naive formula overflows is left to the
+  tolerance model, which rejects the input), and its types.
+- mask (check_mask: boolean only, so a uint8 mask is outside the protocol and is not drawn; the oracle's
+  rejection of it is tested in tests/test_keyword_edges.py): every key hidden, none, one key hidden, one key
+  visible, broadcast from rank 1 (keys), 2 (queries x keys), 3 and 4, size-1 dimensions included.
+- dropout_p (specs.dropout_mask.check_dropout: 0 <= p < 1): 0, and rates close to 1.
+- lse: rows that see no key (-inf), and rows whose scores are all huge, all hugely negative or all tiny.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from specs.problems import Problem
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One edge value of one keyword: `code` is a Python expression (NumPy as np) that evaluates to `value`."""
+
+    keyword: str
+    label: str
+    value: object
+    code: str
+
+    def describe(self) -> str:
+        """What a failure message names: the keyword, the value as Python, and the edge."""
+        return f"{self.keyword}={self.code} ({self.label})"
+
+
+def _edge(keyword: str, label: str, code: str) -> Edge:
+    return Edge(keyword, label, eval(code, {"np": np}), code)  # the value is what the code rebuilds
+
+
+SCALE_EDGES = tuple(_edge("scale", label, code) for label, code in (
+    ("zero: uniform weights over the visible keys", "0.0"),
+    ("negative: the ranking reversed", "-1.0"),
+    ("negative: the ranking reversed", "-0.125"),
+    ("negative and huge: one-hot on the lowest score", "-1e6"),
+    ("subnormal in float64", "5e-324"),
+    ("subnormal in float64", "1e-310"),
+    ("subnormal in float32", "1e-40"),
+    ("subnormal in float16", "3e-08"),
+    ("huge: one-hot weights", "1e4"),
+    ("huge: one-hot weights", "1e6"),
+    ("huge: one-hot weights", "1e9"),
+    ("a Python int", "0"),
+    ("a Python int", "1"),
+    ("a Python int", "-2"),
+    ("a NumPy scalar", "np.float64(0.5)"),
+    ("a NumPy scalar", "np.float32(-0.25)"),
+    ("a NumPy scalar", "np.float16(0.0)"),
+    ("a NumPy scalar", "np.int64(3)"),
+    ("a 0-d array", "np.array(0.5)"),
+    ("a 0-d array", "np.array(-1.0, dtype=np.float32)"),
+    ("a 0-d array", "np.array(0.0)"),
+    ("a 0-d array", "np.array(2)"),
+))
+DROPOUT_EDGES = (0.0, 0.9, 0.99, 0.999)  # 0: bitwise the call without dropout; the rest: survivors x 1/(1 - p)
+MASK_PATTERNS = ("hides nothing", "hides every key", "hides one key per row", "shows one key per row")
+MASK_RANKS = (1, 2, 3, 4)
+# What a derive step does to q and k so that every score of a row shares a magnitude (the LSE edges)
+LSE_SCORE_EDGES = (
+    ("ordinary scores", "p = p"),
+    ("all scores huge", "p = p.replace(q=np.abs(p.q) * 100.0, k=np.abs(p.k) * 100.0)"),
+    ("all scores hugely negative", "p = p.replace(q=-np.abs(p.q) * 100.0, k=np.abs(p.k) * 100.0)"),
+    ("all scores tiny", "p = p.replace(q=p.q * 1e-20)"),
+)
+
+
+def scale_edges() -> st.SearchStrategy[Edge]:
+    """The scale edges, shrinking towards scale 0.0."""
+    return st.sampled_from(SCALE_EDGES)
+
+
+def with_scale(problem: Problem, edge: Edge) -> Problem:
+    """The problem called with the edge's scale (a derive step, so the repro rebuilds it; its comment names the
+    edge, which a scoped declaration's `match` may name in turn)."""
+    return problem.derive(f"p = p.replace(scale={edge.code})  # {edge.label}")
+
+
+@st.composite
+def mask_edges(draw, problem: Problem) -> tuple[Edge, ...]:
+    """One of MASK_PATTERNS for `problem`, stored at each of MASK_RANKS (one edge per rank) with each leading
+    dimension either full or 1 (broadcast); the key dimension is always n_k. Rows are the mask's own rows."""
+    batch, heads, n_q, _ = problem.q.shape
+    n_k = problem.n_k
+    pattern = draw(st.sampled_from(MASK_PATTERNS), label="mask pattern")
+    seed = draw(st.integers(0, 2**32 - 1), label="mask key seed")
+    edges = []
+    for rank in MASK_RANKS:
+        lead = tuple(size if draw(st.booleans(), label=f"rank {rank} mask dim {axis} full") else 1
+                     for axis, size in enumerate((batch, heads, n_q)[4 - rank:]))
+        shape = (*lead, n_k)
+        if pattern == "hides nothing":
+            code = f"np.ones({shape!r}, dtype=bool)"
+        elif pattern == "hides every key":
+            code = f"np.zeros({shape!r}, dtype=bool)"
+        else:
+            keys = np.random.default_rng(seed).integers(n_k, size=int(np.prod(lead, dtype=np.int64))).tolist()
+            one_hot = f"np.eye({n_k}, dtype=bool)[{keys!r}].reshape({shape!r})"
+            code = one_hot if pattern == "shows one key per row" else f"~{one_hot}"
+        edges.append(_edge("mask", f"{pattern}, rank {rank}, shape {shape}", code))
+    return tuple(edges)
+
+
+def with_mask(problem: Problem, edge: Edge) -> Problem:
+    """The problem called with the edge's mask (the step's comment names the pattern, rank and shape)."""
+    return problem.derive(f"p = p.replace(mask={edge.code})  # {edge.label}")
