@@ -1,6 +1,7 @@
 """What torch 2.13's CPU attention does with NaN and Inf, measured by properties/test_poisoning.py.
 
-Scoped declarations (impls.defects) shared by the torch records: MATH adds the mask as -inf to the scores
+Scoped declarations (impls.defects) shared by the torch records (the gradients' by
+properties/test_gradient_poisoning.py): MATH adds the mask as -inf to the scores
 (NaN + -inf = NaN) and multiplies hidden values by zero weights (0 * NaN = NaN); the CPU flash kernel, which
 torch.nn.MultiheadAttention's fast path also takes, treats a row whose scores are NaN as fully masked and
 returns 0 for it instead of NaN.
@@ -33,11 +34,22 @@ IDENTITY_PROJECTION_SPREADS_NAN = {
 }
 
 
+GRADIENT_PROPERTIES = ("test_non_finite_keys_no_row_sees_never_reach_gradients",
+                       "test_non_finite_keys_past_every_causal_horizon_never_reach_gradients")
+HIDDEN_NAN_REACHES_GRADIENTS = {
+    "why": "torch 2.13 CPU: the forward already carries a NaN key no row sees into every row (masking adds -inf to "
+           "its NaN score), and the backward multiplies hidden keys by dS = 0 in dQ = dS K (0 * NaN = NaN)",
+    "properties": GRADIENT_PROPERTIES,
+    "match": r"d[QKV] holds (nan|inf|-inf) at \[[\d, ]+\] .* positions that no query sees hold",
+}
+
+
 def nan_findings(dtypes: tuple[str, ...], *, drops_visible_nan: bool, projects: bool = False) -> dict:
     """The declarations for a torch record running in `dtypes`; `projects`: the record goes through
     torch.nn.MultiheadAttention's identity projections. One property sees both visible-NaN findings, and
     whichever it meets first ends the example, so together they are one scope (either message)."""
-    found: dict = {"hidden-non-finite-never-reaches-output": {**HIDDEN_NAN_LEAKS, "dtypes": dtypes}}
+    found: dict = {"hidden-non-finite-never-reaches-output": {**HIDDEN_NAN_LEAKS, "dtypes": dtypes},
+                   "hidden-non-finite-never-reaches-gradients": {**HIDDEN_NAN_REACHES_GRADIENTS, "dtypes": dtypes}}
     visible = [VISIBLE_NAN_DROPPED] * drops_visible_nan + [IDENTITY_PROJECTION_SPREADS_NAN] * projects
     if visible:
         found["visible-nan-propagates"] = {
