@@ -154,14 +154,43 @@ def _merge_magnitude(result: AttentionResult, n_k: int) -> np.ndarray:
     return largest + math.log(n_k) + 1.0
 
 
-def _float64_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Allowance:
-    u = unit_roundoff(np.float64)
+def _a_priori_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                    inside: np.dtype | str = np.float64) -> np.ndarray:
+    """The worst-case bound of the module docstring for a computation carried out in `inside`."""
+    u = unit_roundoff(inside)
     n_k, d = k.shape[2], q.shape[3]
     row_magnitude, spread, abs_weighted = _first_order_terms(result, q, k, v)
     merge = (n_k + 4) * _merge_magnitude(result, n_k)
-    floor = n_k * np.finfo(np.float64).tiny * float(np.abs(v).max())
-    bound = SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted) + floor
-    return Allowance(bound, "float64 a-priori bound 2*(2(d+6)u*A_i*sigma + (3n_k+4+(n_k+4)L_i)u*P|V|)")
+    floor = n_k * float(finfo(inside).tiny) * float(np.abs(v).max())
+    return SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted) + floor
+
+
+def _float64_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Allowance:
+    return Allowance(_a_priori_bound(result, q, k, v),
+                     "float64 a-priori bound 2*(2(d+6)u*A_i*sigma + (3n_k+4+(n_k+4)L_i)u*P|V|)")
+
+
+def fused_difference_allowance(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                               dtype: np.dtype | str) -> Allowance:
+    """Allowed |F - U| between a fused kernel F storing in `dtype` (float16, bfloat16) and the unfused sequence U
+    run with float32 inside on the same inputs (seed 000 § Fused Attention: the same function, one kernel).
+
+    Both evaluate the formula in float32: each within the float32 a-priori bound of the exact output (the
+    float64 rule's worst case at u_32, online rescalings and merges included). F may round P to `dtype` once
+    before P V (FlashAttention feeds P to the second MatMul in half precision): sum_j |dP_ij| |v_jc| <=
+    u (P|V|)_ic. Each result rounds once to `dtype`: u |O_ic| each. So
+        |F - U| <= 2 a-priori_32 + SAFETY u ((P|V|) + 2 |O|) + 2 * dtype's smallest subnormal.
+    Far below the naive rule's 2 x 2 K_FORWARD x naive error where scores are large: a kernel that rounds
+    S to `dtype` errs by u |S| sigma, and one that accumulates P V in `dtype` by up to n_k u (P|V|).
+    """
+    u = unit_roundoff(dtype)
+    float32_terms = 2 * _a_priori_bound(result, q, k, v, inside=np.float32)
+    storage_terms = SAFETY * u * (result.applied_weights @ np.abs(repeat_kv(v, q.shape[1] // v.shape[1]))
+                                  + 2 * np.abs(result.out))
+    subnormal = 2 * float(finfo(dtype).smallest_subnormal)
+    return Allowance(float32_terms + storage_terms + subnormal,
+                     f"both in float32 inside (2 x the float32 a-priori bound) + {SAFETY:g}u(P|V| + 2|O|) for P "
+                     f"and the output rounded to {numpy_dtype(dtype).name}")
 
 
 def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,

@@ -26,6 +26,24 @@ def test_main_run_exits_cleanly(main_run):
     assert run.returncode == 0, run.output[-4000:]
 
 
+def test_claims_skipped_as_implied_ran_their_implying_properties(main_run):
+    """fused-equals-unfused skips float64/float32 variants as implied by other claims: each of those ran on the
+    variant (a pass or a failure, or a skip for a capability it lacks), sdpa-formula always."""
+    from properties.test_fused import IMPLIED_BY
+
+    run, _ = main_run
+    implied = [v for v in run.report["verdicts"]
+               if v["claim"] == "fused-equals-unfused" and v["status"] == "skip" and "implied by" in v["detail"]]
+    assert implied, "the fused float64/float32 variants must be reported as implied"
+    for verdict in implied:
+        for claim in IMPLIED_BY:
+            other = run.verdict(claim, verdict["impl"])
+            assert other is not None, (claim, verdict["impl"])
+            lacking = (other["status"] == "skip" and "implementation lacks" in other["detail"]
+                       and claim != "sdpa-formula")
+            assert other["status"] in ("pass", "fail") or lacking, (claim, verdict["impl"], other["detail"][:300])
+
+
 def test_report_files_and_contract_fields(main_run):
     run, directory = main_run
     for name in ("report.json", "report.md", "report.html"):
