@@ -180,7 +180,7 @@ def _expect_empty_rows_zero(trial: Trial, problem: Problem, how: str) -> None:
 @checks("fully-masked-rows-zero")
 @pytest.mark.requires("mask")
 @given(data=st.data())
-def test_fully_masked_rows_give_zero_output(variant, data):
+def test_fully_masked_row_gives_zero_output(variant, data):
     """Rows the mask hides entirely: the drawn mask's own (empty_rows keeps them) and a drawn set of rows,
     emptied in every batch and head or in one of them."""
     problem = data.draw(problems_for(variant, masked=True, empty_rows=True), label="problem")
