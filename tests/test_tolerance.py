@@ -177,6 +177,7 @@ def _every_allowance() -> dict[str, Allowance]:
                                                                                  result.out, own),
         "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
         "value_shift_allowance": tolerance.value_shift_allowance(10.0, allowance, own, own, np.abs(result.out)),
+        "fused_difference_allowance": tolerance.fused_difference_allowance(result, p.q, p.k, p.v, "float16"),
         "row_entropy_allowance": tolerance.row_entropy_allowance(result.weights, allowance.largest()),
         "jacobian_norm_allowance": tolerance.jacobian_norm_allowance(result.weights, allowance.largest()),
         "rotated_inputs_allowance": tolerance.rotated_inputs_allowance(p.q, p.k, p.v, dtype="float16",
