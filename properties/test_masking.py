@@ -16,7 +16,7 @@ from harness.guarded_call import as_numpy
 from harness.markers import checks
 from harness.observe import observe_weights
 from harness.trial import Trial, check_against_oracle, problems_for
-from specs.problems import Problem, build
+from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import exponent_range
 
@@ -141,9 +141,11 @@ def _empty_rows_script(call_line: str, alignment: str, printed: str) -> str:
                                   f"causal_alignment={alignment!r}).allowed.any(axis=-1)", f"print({printed})"])
 
 
-def _expect_empty_rows_zero(trial: Trial, problem: Problem, how: str) -> None:
-    """Every query row that the oracle lets see no key has output exactly 0 and, where the implementation
-    returns its LSE (capability lse), LSE -inf: in the plain call and in the return_lse=True call."""
+def _expect_empty_rows_zero(trial: Trial, how: str) -> None:
+    """fully-masked-rows-zero (DESIGN.md, oracle): every query row that the oracle lets see no key has output
+    exactly 0 and, where the implementation returns its LSE (capability lse), LSE -inf; in the plain call and
+    in the return_lse=True call. `how` says how the rows were emptied."""
+    problem = trial.problem
     allowed = attention(*trial.exact_inputs(problem), **trial.oracle_kwargs(problem), finite=False).allowed
     empty = ~allowed.any(axis=-1)  # (batch, heads, n_q)
     rows = f"{int(empty.sum())} of {empty.size} query rows see no key ({how})"
@@ -169,11 +171,12 @@ def _expect_empty_rows_zero(trial: Trial, problem: Problem, how: str) -> None:
                 f"out{list(where)} = {out[where]!r}; a fully masked row gives exactly 0", rows,
                 f"{int(wrong.any(axis=-1).sum())} of them are not 0"),
                 script=_empty_rows_script(line, alignment, "as_float64(out)[empty]"))
-        if lse is not None and (empty & (lse != -np.inf)).any():
-            where = _worst(lse, empty & (lse != -np.inf))
+        wrong = empty & (lse != -np.inf) if lse is not None else None
+        if wrong is not None and wrong.any():
+            where = _worst(lse, wrong)
             trial.fail("a query row with no visible key has a log-sum-exp other than -inf", problem, details=(
                 f"lse{list(where)} = {lse[where]!r}; the log of an empty sum is -inf", rows,
-                f"{int((empty & (lse != -np.inf)).sum())} of them are not -inf"),
+                f"{int(wrong.sum())} of them are not -inf"),
                 script=_empty_rows_script(line, alignment, "as_float64(lse)[empty]"))
 
 
@@ -191,7 +194,8 @@ def test_fully_masked_row_gives_zero_output(variant, data):
     heads = ":, :" if where is None else f"{where[0]}, {where[1]}"
     emptied = problem.derive(f"m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); "
                              f"m[{heads}, {rows}, :] = False; p = p.replace(mask=m)")
-    _expect_empty_rows_zero(Trial(variant, emptied), emptied, f"the drawn mask's, and rows {rows} emptied at [{heads}]")
+    scope = "every batch and head" if where is None else f"batch {where[0]}, head {where[1]}"
+    _expect_empty_rows_zero(Trial(variant, emptied), f"the drawn mask's, and rows {rows} emptied in {scope}")
 
 
 @checks("fully-masked-rows-zero")
@@ -204,7 +208,7 @@ def test_rows_before_the_first_key_give_zero_output(variant, data):
         pytest.skip("top-left causal alignment lets every query row see key 0: no row is empty")
     problem = data.draw(problems_for(variant, causal=True, empty_rows=True, queries_outnumber_keys=True),
                         label="problem")
-    _expect_empty_rows_zero(Trial(variant, problem), problem,
+    _expect_empty_rows_zero(Trial(variant, problem),
                             f"bottom-right causal, the top n_q - n_k = {problem.n_q - problem.n_k}")
 
 
