@@ -20,7 +20,6 @@ reset: only what the call itself allocates counts.
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import subprocess
@@ -123,8 +122,9 @@ def _call(fn, probe: Probe, inputs: list, grad) -> object:
 
 
 def _measure(probe: Probe) -> list[int]:
-    module, name = probe.target.split(":")
-    fn = getattr(importlib.import_module(module), name)
+    from impls.registry import load_impl  # module.path:function or path/to/file.py:function, as --impl takes
+
+    fn = load_impl(probe.target).fn
     _call(fn, probe, *_inputs(probe, WARM_UP_N))
     extra = []
     for n in probe.sizes:

@@ -63,9 +63,18 @@ SEED_BLOCKWISE_DEFECTS = {
 }
 
 
+SCORE_MATRIX_HELD = {
+    "why": "tiled_attention fills the whole seq x seq attention_matrix block by block and returns it with the "
+           "output (seed 002 § 3.2.3): the scores are kept, not used once",
+    "dtypes": ("float64",),
+    "properties": ("test_tiled_forward_memory_grows_linearly",),
+    "match": r"peak resident memory grows like the n_q x n_k score matrix",
+}
+
+
 @attention_impl(name="seed002-memory-optimized-tiled", backend="torch", dtypes=("float64",),
                 gqa=False, cross=False, value_dim=False, tile_keywords=("block_size",),
-                known_defects=SEED_BLOCKWISE_DEFECTS)
+                known_defects={**SEED_BLOCKWISE_DEFECTS, "scores-used-once": SCORE_MATRIX_HELD})
 def memory_optimized_tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *,
                                      block_size: int = 32) -> np.ndarray:
     output, _ = MemoryOptimizedAttention(block_size).tiled_attention(*_flatten_heads(q, k, v))
