@@ -47,3 +47,23 @@ def bernstein_radius(samples: int, variance: np.ndarray, spread: np.ndarray, alp
     log_term = math.log(2 / alpha)
     third = np.asarray(spread, dtype=np.float64) * log_term / 3
     return (third + np.sqrt(third**2 + 2 * samples * np.asarray(variance, dtype=np.float64) * log_term)) / samples
+
+
+def binomial_power(trials: int, p: float, wrong_p: float, level: float) -> float:
+    """The probability that binomial_pvalue(X, trials, p) < level when X ~ Binomial(trials, wrong_p): the exact
+    power of the two-sided test at this level. The p-value falls monotonically away from the mode, so the
+    rejected counts are two tails, X <= low and X >= high, each found by bisection."""
+    mode = math.floor((trials + 1) * p)
+
+    def rejected(count: int) -> bool:
+        return count < 0 or count > trials or binomial_pvalue(count, trials, p) < level
+
+    low, above = -1, mode  # the largest rejected count below the mode (-1: none)
+    while low < above:
+        middle = (low + above + 1) // 2
+        low, above = (middle, above) if rejected(middle) else (low, middle - 1)
+    below, high = mode, trials + 1  # the smallest rejected count above the mode (trials + 1: none)
+    while below < high:
+        middle = (below + high) // 2
+        below, high = (below, middle) if rejected(middle) else (middle + 1, high)
+    return float(stats.binom.cdf(low, trials, wrong_p) + stats.binom.sf(high - 1, trials, wrong_p))
