@@ -108,6 +108,15 @@ def attention(
     # NumPy's bfloat16 matrix products return float32, and a Python float promotes bfloat16: round as float16 does
     scores = np.matmul(q, k_all.swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
     allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask)
+    if finite and dtype == np.float64:
+        # In float64 this is the oracle: finite inputs whose scaled scores leave float64's range (|scale| q.k
+        # past 1.8e308) have no float64 answer, and a row of +inf scores would come out as NaN with lse -inf,
+        # as if it saw no key. In lower precisions it is the naive formula, whose overflow the tolerance reads.
+        overflow = np.isinf(scores) if allowed is None else np.isinf(scores) & allowed
+        if overflow.any():
+            where = tuple(int(i) for i in np.argwhere(overflow)[0])
+            raise AttentionInputError(f"the scaled score at {where} overflows float64 (scale={s!r}): the oracle "
+                                      "is defined where |scale| * |q . k| stays below 1.8e308")
     if allowed is not None:
         scores = np.where(allowed, scores, dtype.type(-np.inf))
         seen_by_some_query = allowed.any(axis=-2)[..., None]

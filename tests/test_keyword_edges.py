@@ -58,6 +58,20 @@ def test_every_scale_edge_type_is_its_float_value():
         assert np.array_equal(given.out, as_float.out), edge.describe()
 
 
+def test_scores_past_float64_are_rejected_by_the_oracle_not_answered_with_nan():
+    """|scale| q.k past 1.8e308 has no float64 answer: the oracle says so, where it once returned NaN with lse
+    -inf (the row taken for one that sees no key). A hidden overflowing score, non-finite inputs accepted on
+    purpose and a lower precision (the naive formula, whose overflow the tolerance model reads) are left alone."""
+    q, k, v = _two_keys(2.0, -1.0)
+    with pytest.raises(AttentionInputError, match=r"scaled score at \(0, 0, 0, 0\) overflows float64"):
+        attention(q, k, v, scale=1e308)
+    with np.errstate(over="ignore"):
+        hidden = attention(q, k, v, scale=1e308, mask=np.array([False, True]))
+        assert np.array_equal(hidden.weights[0, 0, 0], [0.0, 1.0])
+        attention(q, k, v, scale=1e308, finite=False)  # inputs may hold Inf on purpose: no rejection
+        assert attention(*(x.astype(np.float32) for x in (q, k, v)), scale=1e38).scores.dtype == np.float32
+
+
 @pytest.mark.parametrize("scale, message", [
     (np.array([0.5]), "scale must be a real number or None, got ndarray"),
     (np.array(True), "scale must be a real number or None, got ndarray"),
