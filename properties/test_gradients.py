@@ -3,6 +3,11 @@ backward) against the float64 oracle's backward (specs.gradients), within specs.
 
 Seed 002 § 3.1.1 (可微性: 保持端到端的梯度传播); seed 000 § Flash Attention (the backward recomputes the
 weights block by block: for any block sizes it must equal the global gradients).
+
+Hypothesis draws stay small (n <= 48, d <= 32); the fixed gradient regimes (specs.regimes) reach where backward
+kernels switch paths: a second key block (n = 513, 1025), d = 64 and 128, GQA groups of 4 and 8, causal with
+n_q != n_k in the declared alignment, an explicit scale, dropout, the implementation's own block sizes. The
+long ones (n >= 1025) run with --impl and in `tox -e long`.
 """
 
 from __future__ import annotations
@@ -15,18 +20,28 @@ from hypothesis import strategies as st
 from harness.backward import backward_of
 from harness.guarded_call import CallFailed
 from harness.markers import checks
+from harness.regimes import LONG_MARKER, cases, skip_unless_fits
 from harness.trial import Trial, problems_for
+from properties import test_regimes as forward_regimes
+from specs import regimes
 from specs.dropout_mask import keep_mask
-from specs.problems import Problem
+from specs.problems import Problem, build
 from specs.tolerance import ToleranceUndefined, gradient_allowance
 
 GRADIENT_DROPOUT_P = 0.2
 SMALL = dict(max_n=48, max_d=32)
+LONGEST_BLOCK_CASE = 4097  # lengths around default block sizes past this are skipped, with the reason
 
 
 def _d_out(problem: Problem, seed: int, dtype) -> np.ndarray:
     shape = problem.q.shape[:3] + (problem.v.shape[-1],)
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _dropout(problem: Problem, seed: int) -> tuple[dict, dict]:
+    """The implementation's dropout keywords at GRADIENT_DROPOUT_P under `seed`, and the oracle's mask for them."""
+    keep = keep_mask(seed, GRADIENT_DROPOUT_P, problem.q.shape[:3] + (problem.n_k,))
+    return dict(dropout_p=GRADIENT_DROPOUT_P, dropout_seed=seed), dict(keep=keep, dropout_p=GRADIENT_DROPOUT_P)
 
 
 def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict, oracle_extra: dict) -> tuple:
@@ -75,10 +90,8 @@ def test_gradients_match_the_oracle_backward(variant, data):
     problem = data.draw(problems_for(variant, causal=causal, masked=masked, **SMALL), label="problem")
     extra, oracle_extra = dict(blocks), {}
     if caps.dropout_seed and data.draw(st.booleans(), label="dropout"):
-        seed = data.draw(st.integers(0, 2**32 - 1), label="dropout_seed")
-        extra.update(dropout_p=GRADIENT_DROPOUT_P, dropout_seed=seed)
-        oracle_extra = dict(keep=keep_mask(seed, GRADIENT_DROPOUT_P, problem.q.shape[:3] + (problem.n_k,)),
-                            dropout_p=GRADIENT_DROPOUT_P)
+        extra_dropout, oracle_extra = _dropout(problem, data.draw(st.integers(0, 2**32 - 1), label="dropout_seed"))
+        extra.update(extra_dropout)
     check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=extra,
                     oracle_extra=oracle_extra)
 
@@ -91,11 +104,80 @@ def test_fully_masked_rows_have_zero_gradients(variant, data):
     other gradient turns NaN."""
     problem = data.draw(problems_for(variant, masked=True, min_n=2, **SMALL), label="problem")
     row = data.draw(st.integers(0, problem.n_q - 1), label="fully masked row")
+    check_fully_masked_rows(variant, problem, [row])
+
+
+def check_fully_masked_rows(variant, problem: Problem, rows: list[int]) -> None:
+    """Hide every key from `rows` (the row after each keeps key 0) and check the gradients, then that the dQ
+    rows of those rows are exactly 0."""
+    keep = sorted({(row + 1) % problem.n_q for row in rows} - set(rows))
     problem = problem.derive(
         "m = np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,)).copy(); "
-        f"m[:, :, {row}] = False; m[:, :, {(row + 1) % problem.n_q}, 0] = True; p = p.replace(mask=m)")
+        f"m[:, :, {rows}] = False; m[:, :, {keep}, 0] = True; p = p.replace(mask=m)")
     trial = Trial(variant, problem)
     d_q, _, _ = check_gradients(trial, problem, seed=problem.recipe.seed, extra={}, oracle_extra={})
-    if np.any(d_q[:, :, row] != 0):
-        trial.fail(f"dQ of the fully masked row {row} is not exactly 0: largest |dQ| "
-                   f"{float(np.abs(d_q[:, :, row]).max()):.3g}", problem)
+    for row in rows:
+        if np.any(d_q[:, :, row] != 0):
+            trial.fail(f"dQ of the fully masked row {row} is not exactly 0: largest |dQ| "
+                       f"{float(np.abs(d_q[:, :, row]).max()):.3g}", problem)
+
+
+def _check_regime(variant, regime: regimes.Regime, *, dropout: bool = False) -> None:
+    problem = skip_unless_fits(variant, regime)
+    extra, oracle_extra = _dropout(problem, regime.recipe["seed"]) if dropout else ({}, {})
+    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=extra,
+                    oracle_extra=oracle_extra)
+
+
+@checks("differentiable-end-to-end")
+@pytest.mark.requires("gradients")
+@pytest.mark.parametrize("regime", cases(regimes.GRADIENTS))
+def test_gradients_at_length_match_the_oracle_backward(variant, regime):
+    """A second key block (n = 513, 1025), d = 128, dK and dV summed over GQA groups of 4 and 8, an explicit
+    scale (a regime the implementation cannot take is skipped with the reason)."""
+    _check_regime(variant, regime)
+
+
+@checks("differentiable-end-to-end")
+@pytest.mark.requires("gradients", "causal")
+@pytest.mark.parametrize("regime", cases(regimes.GRADIENT_CAUSAL))
+def test_causal_gradients_at_length_in_the_declared_alignment(variant, regime):
+    """n_q != n_k, so that the alignment matters: top-left hides the keys past n_q from every row, bottom-right
+    leaves the first n_q - n_k rows without a key (their dQ is 0)."""
+    _check_regime(variant, regime)
+
+
+@checks("differentiable-end-to-end")
+@pytest.mark.requires("gradients", "dropout_seed")
+@pytest.mark.parametrize("regime", cases(regimes.GRADIENT_DROPOUT))
+def test_gradients_with_dropout_at_length(variant, regime):
+    """Dropout at p = GRADIENT_DROPOUT_P under the regime's seed, the oracle under the same mask."""
+    _check_regime(variant, regime, dropout=True)
+
+
+@checks("fully-masked-rows-zero-gradients")
+@pytest.mark.requires("gradients", "mask")
+@pytest.mark.parametrize("regime", cases(regimes.GRADIENT_MASKED))
+def test_fully_masked_rows_at_length_have_zero_gradients(variant, regime):
+    """The first and last rows and rows 255 and 256 (either side of a 256-row block) see no key."""
+    problem = skip_unless_fits(variant, regime)
+    check_fully_masked_rows(variant, problem, sorted({0, 255, 256, problem.n_q - 1} & set(range(problem.n_q))))
+
+
+@checks("differentiable-end-to-end")
+@pytest.mark.requires("gradients", "tile_keywords")
+@pytest.mark.parametrize("multiple", [pytest.param(1, id="one block +- 1"),
+                                      pytest.param(2, id="two blocks +- 1", marks=getattr(pytest.mark, LONG_MARKER))])
+def test_gradients_at_default_block_sizes(variant, multiple):
+    """The implementation's own block sizes (its keywords' defaults, the path a caller who passes none takes):
+    n one past `multiple` times the largest, and causal one short of it."""
+    blocks = forward_regimes._default_block_sizes(variant)
+    if not blocks:
+        pytest.skip("the block-size keywords have no integer defaults")
+    n = multiple * max(blocks.values())
+    if n + 1 > LONGEST_BLOCK_CASE:
+        pytest.skip(f"{multiple} x the default block {max(blocks.values())} + 1 is past {LONGEST_BLOCK_CASE}")
+    for length, causal in ((n + 1, False), (n - 1, variant.capabilities.causal)):
+        if length >= 1:
+            problem = build(n_q=length, n_k=length, d=64, d_v=64, seed=length, causal=causal)
+            check_gradients(Trial(variant, problem), problem, seed=length, extra={}, oracle_extra={})

@@ -47,6 +47,8 @@ def _needs(recipe: dict) -> tuple[str, ...]:
         needs.append("value_dim")
     if recipe.get("heads_kv", 1) != recipe.get("heads", 1):
         needs.append("gqa")
+    if recipe.get("scale") is not None:
+        needs.append("scale")
     return tuple(needs)
 
 
@@ -84,3 +86,34 @@ CAUSAL = tuple(regime(f"causal n={n}", n_q=n, n_k=n, d=64, d_v=64, seed=n, causa
 )
 MASKED = tuple(regime(f"{layout} mask n={n}", n_q=n, n_k=n, d=64, d_v=64, seed=n, mask_layout=layout,
                       mask_density=0.3) for layout in ("full", "key_padding") for n in (513, 1025))
+
+# Gradients (properties/test_gradients.py), where backward kernels switch paths: dK and dV accumulated over a
+# second key block (513 = 512 + 1 = 2 x 256 + 1 = 8 x 64 + 1), dK and dV summed over GQA groups of 4 and 8,
+# head dims 64 and 128, an explicit scale, a causal cut inside a key block with n_q != n_k, so that the two
+# alignments differ (top-left hides the keys past n_q from every row; bottom-right leaves the first n_q - n_k
+# rows with no key), and dropout (the test adds it where the implementation takes dropout_seed).
+GRADIENTS = (
+    regime("grad n=513", n_q=513, n_k=513, d=64, d_v=64, seed=513),
+    regime("grad GQA 4/1 (group 4) d=128", batch=2, heads=4, heads_kv=1, n_q=40, n_k=97, d=128, d_v=128, seed=41),
+    regime("grad GQA 8/1 (group 8) scale=0.3", heads=8, heads_kv=1, n_q=33, n_k=65, d=64, d_v=64, seed=81,
+           scale=0.3),
+    regime("grad n=1025 d=128", n_q=1025, n_k=1025, d=128, d_v=128, seed=1025),
+    regime("grad GQA 8/1 (group 8) n=1025", heads=8, heads_kv=1, n_q=1025, n_k=1025, d=64, d_v=64, seed=1026),
+)
+GRADIENT_CAUSAL = (
+    regime("grad causal 129x513", n_q=129, n_k=513, d=64, d_v=64, seed=129, causal=True),
+    regime("grad causal 513x129 scale=2", n_q=513, n_k=129, d=64, d_v=64, seed=130, causal=True, scale=2.0),
+    regime("grad causal n=1025 GQA 4/1", heads=4, heads_kv=1, n_q=1025, n_k=1025, d=64, d_v=64, seed=1027,
+           causal=True),
+)
+# rows the test hides from every key (fully-masked-rows-zero-gradients) on top of a mask, in a second row block
+GRADIENT_MASKED = (
+    regime("grad key padding 257x513", batch=2, n_q=257, n_k=513, d=64, d_v=64, seed=257,
+           mask_layout="key_padding", mask_density=0.3),
+    regime("grad mask n=1025 GQA 4/2", heads=4, heads_kv=2, n_q=1025, n_k=1025, d=64, d_v=64, seed=1028,
+           mask_layout="full", mask_density=0.3),
+)
+GRADIENT_DROPOUT = (
+    regime("grad dropout 257x513 GQA 4/1", heads=4, heads_kv=1, n_q=257, n_k=513, d=64, d_v=64, seed=258),
+    regime("grad dropout n=1025", n_q=1025, n_k=1025, d=128, d_v=128, seed=1029),
+)
