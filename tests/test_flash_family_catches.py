@@ -32,7 +32,8 @@ CORRECT = {"logsumexp_form": "correct-logsumexp-form", "flash_tiled_odd_blocks":
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     names = [*CAUGHT, *CORRECT]
-    return run_suite(*PROPERTIES, *(a for n in names for a in ("--impl", f"{IMPLS}:{n}")),
+    # small draws only: the tiled one's 3 x 5 blocks take past the call limit at the long regimes' 1025 keys
+    return run_suite(*PROPERTIES, "--long-regimes", "no", *(a for n in names for a in ("--impl", f"{IMPLS}:{n}")),
                      report_dir=tmp_path_factory.mktemp("flash-family"))
 
 
