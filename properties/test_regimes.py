@@ -138,8 +138,8 @@ def test_repeated_calls_follow_new_values_and_leave_inputs_alone(variant, regime
     # within it on some call computes attention, and then every call must be within its own
     if any(compare(out, oracle.out, allowance).within for _, out, oracle, allowance in calls):
         for position, (trial, out, oracle, allowance) in enumerate(calls):
-            trial.expect_close(out, oracle.out, allowance, what=f"out of call {position + 1} (on {'ABA'[position]}; "
-                               "calls on A, B, A)", versus="its float64 oracle, where another call is within its own",
+            trial.expect_close(out, oracle.out, allowance, what=f"out of call {position + 1} on {'ABA'[position]}",
+                               versus="its float64 oracle (calls on A, B, A; another was within its own)",
                                script=_sequence_script(a, b, position, variant.dtype,
                                                        variant.capabilities.causal_alignment))
     _, allowance = trial_a.own_output()
