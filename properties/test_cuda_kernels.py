@@ -21,8 +21,8 @@ from impls.cuda.on_cpu import KernelDefect
 from impls.registry import Variant
 from specs.problems import Problem, build
 
-# memcheck and racecheck run one OS thread per CUDA thread, block after block: one sequence and one kv head
-# (query heads still grouped: GQA) keep a call near a second
+# the random draws stay small (one sequence, one kv head; query heads still grouped: GQA), each call near a
+# second under the sanitizers; the fixed tile-edge cases reach the tiles, batches and kv heads they leave out
 SMALL = dict(max_n=40, max_d=32, max_batch=1, max_heads_kv=1)
 CHECKED_EXAMPLES = 8  # each example is a process; shrinking a found defect adds more
 CHECKER_CLAIMS = {"memcheck": "kernel-memory-safe", "racecheck": "kernel-race-free",

@@ -8,8 +8,9 @@ name expression, as CuPy and NVRTC take it) to a launch function.
 Flavours:
 - "plain": a shared library for ctypes; a block's threads run as fibers, shared memory is poisoned with NaN;
 - "synccheck": the plain code as a standalone driver (impls/cuda/cpu/driver.cpp), for barrier diagnostics;
-- "memcheck": the driver under AddressSanitizer (threads as OS threads; buffers allocated to their exact size);
-- "racecheck": the driver under ThreadSanitizer (threads as OS threads);
+- "memcheck": the driver under AddressSanitizer (buffers allocated to their exact size);
+- "racecheck": the driver under ThreadSanitizer, which keeps one thread state per fiber and sees only the
+  kernel's own accesses and the happens-before edges its barriers make (impls/cuda/cpu/runtime.cpp);
 - "overflowcheck": the driver under UBSan's signed-integer-overflow check, aborting at the first report.
 """
 
@@ -32,8 +33,9 @@ _COMMON = ("-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-pthre
 FLAVOURS: dict[str, tuple[str, ...]] = {
     "plain": ("-O2", "-fPIC", "-shared"),
     "synccheck": ("-O2",),
-    "memcheck": ("-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address", "-DCUDA_CPU_SANITIZED"),
-    "racecheck": ("-O1", "-g", "-fsanitize=thread", "-DCUDA_CPU_SANITIZED"),
+    "memcheck": ("-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address", "-DCUDA_CPU_SANITIZED",
+                 "-DCUDA_CPU_ASAN"),
+    "racecheck": ("-O1", "-g", "-fsanitize=thread", "-DCUDA_CPU_SANITIZED", "-DCUDA_CPU_TSAN"),
     "overflowcheck": ("-O1", "-g", "-fsanitize=signed-integer-overflow", "-fno-sanitize-recover=all"),
 }
 _DYNAMIC_SHARED = re.compile(

@@ -1,9 +1,9 @@
 // CUDA's execution model on the CPU, for running this project's .cu files unchanged with g++ (C++20).
 //
 // The build (impls/cuda/cpu_build.py) force-includes this header before the kernel source. What it maps:
-// - Blocks run one after another. The threads of a block run either as fibers on one OS thread, in turn
-//   between barriers (the plain build: a barrier costs a context switch, not an OS wake-up), or as one OS
-//   thread each (the sanitizer builds, so that ThreadSanitizer can observe a race between them).
+// - Blocks run one after another. The threads of a block run as fibers on one OS thread, in turn between
+//   barriers (a barrier costs a context switch, not an OS wake-up); under ThreadSanitizer each fiber is a
+//   thread of its own, ordered only by the barriers (impls/cuda/cpu/runtime.cpp), so a race between them shows.
 // - `__shared__` arrays become statics: one copy, which the threads of the running block share. The dynamic
 //   `extern __shared__ T name[];` is the one construct a macro cannot express; the build rewrites that line
 //   (and only it) to a pointer to the launch's dynamic shared buffer. Before each block the plain build fills
@@ -247,8 +247,12 @@ struct fragment {
     T x[num_elements];
 };
 
+// Fragments are a thread's own registers: the sanitizers need not watch the arithmetic on them (loads and
+// stores, which touch shared memory, stay watched).
+#define CUDA_CPU_REGISTERS_ONLY __attribute__((no_sanitize_address, no_sanitize_thread))
+
 template <typename Use, int M, int N, int K, typename T, typename Layout, typename V>
-inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& value) {
+CUDA_CPU_REGISTERS_ONLY inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& value) {
     for (int i = 0; i < f.num_elements; ++i) f.x[i] = T(value);
 }
 
@@ -286,7 +290,7 @@ inline void store_matrix_sync_at(P* p, const fragment<accumulator, M, N, K, T>& 
 }
 
 template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB, typename TC>
-inline void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
+CUDA_CPU_REGISTERS_ONLY inline void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
                      const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TC>& c) {
     float left[M * K], right[K * N], out[M * N];  // widened once, not once per product
     for (int i = 0; i < M * K; ++i) left[i] = static_cast<float>(a.x[i]);

@@ -1,22 +1,35 @@
-// The scheduler behind cuda_cpu.h: runs a launch block after block, the threads of a block as fibers (plain
-// build) or as OS threads (CUDA_CPU_SANITIZED), with counting barriers that record divergence and detect
-// deadlock. Entry point: cuda_cpu_run, called by the generated launch table (cpu_build.py).
+// The scheduler behind cuda_cpu.h: runs a launch block after block, the threads of a block as fibers on one OS
+// thread, with counting barriers that record divergence and detect deadlock. Entry point: cuda_cpu_run, called
+// by the generated launch table (cpu_build.py).
+//
+// Under a sanitizer the fibers are announced to it. ThreadSanitizer (CUDA_CPU_TSAN) keeps one thread state
+// per fiber, ignores the scheduler's own bookkeeping (which every fiber touches: RuntimeCode), and is told
+// that a switch orders nothing: the only happens-before edges
+// between the kernel's threads are the ones the barriers declare (every arrival releases, every departure
+// acquires) and the start and end of each block, so two threads that touch the same word with no barrier
+// between are a race however the scheduler happened to order them. AddressSanitizer (CUDA_CPU_ASAN) is told
+// which stack runs. One OS thread instead of one per CUDA thread: no context switch through the kernel, no
+// lock per barrier.
 #include "cuda_cpu.h"
 
 #include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
+
+#ifdef CUDA_CPU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+#ifdef CUDA_CPU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace cuda_cpu {
 
@@ -31,6 +44,48 @@ constexpr std::size_t kMaxDiagnostics = 16;
 
 struct Abort {};  // thrown inside a thread's code when its launch is aborted (deadlock)
 
+#ifdef CUDA_CPU_TSAN
+extern "C" {  // ThreadSanitizer's annotations (libtsan), per thread state: here, per fiber
+void AnnotateIgnoreReadsBegin(const char* file, int line);
+void AnnotateIgnoreReadsEnd(const char* file, int line);
+void AnnotateIgnoreWritesBegin(const char* file, int line);
+void AnnotateIgnoreWritesEnd(const char* file, int line);
+}
+#endif
+
+// While one lives, ThreadSanitizer does not watch the running fiber's accesses (allocations included): the
+// scheduler's state, shared by every fiber of the one OS thread, is ordered by the scheduler, not by barriers.
+struct RuntimeCode {
+#ifdef CUDA_CPU_TSAN
+    RuntimeCode() {
+        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+    }
+    ~RuntimeCode() {
+        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    }
+    RuntimeCode(const RuntimeCode&) = delete;
+    RuntimeCode& operator=(const RuntimeCode&) = delete;
+#endif
+};
+
+// Happens-before edges for ThreadSanitizer (no-ops otherwise): `release` at an address, then `acquire` there.
+inline void release(void* at) {
+#ifdef CUDA_CPU_TSAN
+    __tsan_release(at);
+#else
+    (void)at;
+#endif
+}
+inline void acquire(void* at) {
+#ifdef CUDA_CPU_TSAN
+    __tsan_acquire(at);
+#else
+    (void)at;
+#endif
+}
+
 std::string where(Site site) {
     const char* slash = std::strrchr(site.file, '/');
     return std::string(slash ? slash + 1 : site.file) + ":" + std::to_string(site.line);
@@ -38,15 +93,17 @@ std::string where(Site site) {
 
 // A barrier over a group of threads (a block, or the lanes of a warp) that counts only the threads still
 // running: it releases when every live member has arrived.
+// The arrivals of one generation release at sync[generation % 2] and its departures acquire there: a thread
+// can arrive at the next generation before the last one departed from this, never two generations on.
 struct Barrier {
     unsigned arrived = 0;
     unsigned long generation = 0;
     std::set<std::string> sites;
+    char sync[2] = {};
 };
 
 struct Warp {
     Barrier barrier;
-    std::condition_variable changed;  // OS threads: only the warp's lanes wake for its barriers
     unsigned live = 0;
     unsigned live_mask = 0;  // lanes that have not returned
     unsigned arrived_mask = 0;
@@ -55,7 +112,6 @@ struct Warp {
 };
 
 
-// How the threads of a block wait: fibers yield to the scheduler, OS threads sleep on a condition variable.
 struct Block {
     unsigned threads = 0;
     unsigned live = 0;
@@ -65,9 +121,9 @@ struct Block {
     bool aborted = false;
     unsigned long events = 0;  // barrier releases and exits: progress, for deadlock detection
     std::vector<std::string>* diagnostics = nullptr;
-    bool fibers = true;
-    // fibers: each starts once through makecontext/swapcontext, then switches with _setjmp/_longjmp, which
-    // (unlike swapcontext) do not save and restore the signal mask with a system call on every switch
+    // Each fiber starts once through makecontext/swapcontext. The plain build then switches with
+    // _setjmp/_longjmp, which (unlike swapcontext) do not save and restore the signal mask with a system call
+    // on every switch; the sanitizer builds switch with swapcontext, which the sanitizers follow.
     ucontext_t scheduler{};
     jmp_buf scheduler_jump;
     std::vector<ucontext_t> contexts;
@@ -75,15 +131,14 @@ struct Block {
     std::vector<Jump> jumps;
     std::vector<bool> started;
     std::vector<std::unique_ptr<char[]>>* stacks = nullptr;
+    std::vector<void*>* sanitizer_fibers = nullptr;  // ThreadSanitizer's state of each thread, kept across blocks
+    void* scheduler_fiber = nullptr;
+    const void* scheduler_stack = nullptr;  // AddressSanitizer: the scheduler's stack
+    std::size_t scheduler_stack_size = 0;
     std::vector<bool> finished;
+    std::vector<const Barrier*> waiting_on;  // per thread: the barrier it waits at, or null
+    std::vector<unsigned long> waiting_generation;
     unsigned running = 0;
-    // OS threads
-    std::mutex mutex;
-    std::condition_variable changed;
-    unsigned waiting = 0;
-    unsigned at_start = 0;
-    std::mutex gate_mutex;
-    std::condition_variable gate;
 
     void note(const std::string& message) {
         if (diagnostics->size() < kMaxDiagnostics &&
@@ -118,53 +173,64 @@ struct Block {
                list + ")";
     }
 
-    template <typename Done>
-    void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& wake, Done done) {
-        if (fibers) {
-            while (!done()) {
-                if (aborted) throw Abort{};
-                if (!_setjmp(jumps[running].at)) _longjmp(scheduler_jump, 1);
-            }
-        } else {
-            ++waiting;
-            auto last_events = events;
-            auto since = std::chrono::steady_clock::now();
-            while (!done()) {
-                if (aborted) { --waiting; throw Abort{}; }
-                wake.wait_for(lock, std::chrono::milliseconds(20));
-                if (events != last_events) {
-                    last_events = events;
-                    since = std::chrono::steady_clock::now();
-                } else if (waiting == live && std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
-                    note(deadlock());
-                    aborted = true;
-                    notify_everyone();
-                }
-            }
-            --waiting;
+    // From the running thread's fiber back to the scheduler, until the scheduler resumes it.
+    void yield() {
+#ifdef CUDA_CPU_SANITIZED
+        to_scheduler(true);
+#else
+        if (!_setjmp(jumps[running].at)) _longjmp(scheduler_jump, 1);
+#endif
+    }
+
+#ifdef CUDA_CPU_SANITIZED
+    // The sanitizer builds' switch from the running fiber to the scheduler (`resumable`: it will run again).
+    void to_scheduler(bool resumable) {
+#ifdef CUDA_CPU_TSAN
+        __tsan_switch_to_fiber(scheduler_fiber, __tsan_switch_to_fiber_no_sync);
+#endif
+#ifdef CUDA_CPU_ASAN
+        void* fake_stack = nullptr;
+        __sanitizer_start_switch_fiber(resumable ? &fake_stack : nullptr, scheduler_stack, scheduler_stack_size);
+#endif
+        swapcontext(&contexts[running], &scheduler);
+#ifdef CUDA_CPU_ASAN
+        __sanitizer_finish_switch_fiber(fake_stack, &scheduler_stack, &scheduler_stack_size);
+#endif
+        (void)resumable;
+    }
+#endif
+
+    // Until `b` releases `generation`; the scheduler does not resume this fiber before (waiting_on).
+    void wait_for(const Barrier& b, unsigned long generation) {
+        waiting_on[running] = &b;
+        waiting_generation[running] = generation;
+        while (b.generation == generation) {
+            if (aborted) break;
+            yield();
         }
+        waiting_on[running] = nullptr;
         if (aborted) throw Abort{};
     }
 
-    std::unique_lock<std::mutex> lock() {
-        return fibers ? std::unique_lock<std::mutex>() : std::unique_lock<std::mutex>(mutex);
+    bool can_run(unsigned t) const {
+        return !finished[t] && (aborted || waiting_on[t] == nullptr || waiting_on[t]->generation != waiting_generation[t]);
     }
 
     void sync_block(Site site) {
-        auto held = lock();
         barrier.sites.insert(where(site));
         ++barrier.arrived;
         unsigned long generation = barrier.generation;
+        char* sync = &barrier.sync[generation % 2];
+        cuda_cpu::release(sync);
         if (barrier.arrived == live) {
             release(barrier, "__syncthreads()");
-            changed.notify_all();
-            return;
+        } else {
+            wait_for(barrier, generation);
         }
-        wait_until(held, changed, [&] { return barrier.generation != generation; });
+        acquire(sync);
     }
 
     void sync_warp(unsigned mask, Site site) {
-        auto held = lock();
         Warp& w = warps[current_thread->linear / kWarp];
         unsigned lane_bit = 1u << (current_thread->linear % kWarp);
         if (!(mask & lane_bit))
@@ -173,20 +239,21 @@ struct Block {
         w.barrier.sites.insert(where(site));
         w.arrived_mask |= lane_bit;
         unsigned long generation = w.barrier.generation;
+        char* sync = &w.barrier.sync[generation % 2];
+        cuda_cpu::release(sync);
         if ((w.arrived_mask & w.live_mask & mask) == (w.live_mask & mask)) {
             if ((mask & ~w.live_mask) != 0u)
                 note("barrier divergence: lanes of a warp in " + block_name() +
                      " returned before a warp-synchronous call that names them (" + where(site) + ")");
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
-            w.changed.notify_all();
-            return;
+        } else {
+            wait_for(w.barrier, generation);
         }
-        wait_until(held, w.changed, [&] { return w.barrier.generation != generation; });
+        acquire(sync);
     }
 
     void exit_thread() {
-        auto held = lock();
         --live;
         Warp& w = warps[current_thread->linear / kWarp];
         --w.live;
@@ -204,51 +271,76 @@ struct Block {
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
         }
-        notify_everyone();
-    }
-
-    // OS threads: no thread runs kernel code before every thread of the block has started. Otherwise a thread
-    // could run the whole kernel, then take the runtime's locks on its way out, before another thread takes
-    // them on its way in: an ordering no GPU gives, which would hide a race from ThreadSanitizer.
-    // The gate has a lock of its own: a thread waking from it must not take a lock that another thread took
-    // after its kernel code (on its way out), which would order that code before this thread's.
-    void start_together() {
-        std::unique_lock<std::mutex> held(gate_mutex);
-        if (++at_start == threads) gate.notify_all();
-        gate.wait(held, [this] { return at_start == threads; });
-    }
-
-    void notify_everyone() {
-        if (fibers) return;
-        changed.notify_all();
-        for (auto& w : warps) w.changed.notify_all();
     }
 };
 
 Block* the_block = nullptr;
 Invoke the_invoke = nullptr;
 void** the_params = nullptr;
+// ThreadSanitizer: the host before a block happens before its threads start, their ends before the host goes
+// on; two addresses, so that one thread's end orders nothing in a thread of the same block
+char block_start = 0, block_end = 0;
 
 void run_thread(unsigned linear) {
-    current_thread = &the_block->states[linear];
-    if (!the_block->fibers) the_block->start_together();
+    acquire(&block_start);
     try {
         the_invoke(the_params);
+        RuntimeCode runtime;
         the_block->exit_thread();
     } catch (const Abort&) {
-        auto held = the_block->lock();
+        RuntimeCode runtime;
         --the_block->live;
     }
+    release(&block_end);
 }
 
 void fiber_entry(unsigned linear) {
+#ifdef CUDA_CPU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &the_block->scheduler_stack, &the_block->scheduler_stack_size);
+#endif
     run_thread(linear);
-    the_block->finished[linear] = true;
+    {
+        RuntimeCode runtime;  // ended before the switch: this fiber's code never resumes
+        the_block->finished[linear] = true;
+    }
+#ifdef CUDA_CPU_SANITIZED
+    the_block->to_scheduler(false);
+#else
     _longjmp(the_block->scheduler_jump, 1);
+#endif
+}
+
+// From the scheduler to thread t's fiber, until it yields or finishes.
+void resume(Block& block, unsigned t) {
+    block.running = t;
+    current_thread = &block.states[t];
+#ifdef CUDA_CPU_SANITIZED
+    block.started[t] = true;
+#ifdef CUDA_CPU_TSAN
+    __tsan_switch_to_fiber((*block.sanitizer_fibers)[t], __tsan_switch_to_fiber_no_sync);
+#endif
+#ifdef CUDA_CPU_ASAN
+    void* fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&fake_stack, (*block.stacks)[t].get(), kFiberStack);
+#endif
+    swapcontext(&block.scheduler, &block.contexts[t]);
+#ifdef CUDA_CPU_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+#else
+    if (!_setjmp(block.scheduler_jump)) {
+        if (block.started[t]) _longjmp(block.jumps[t].at, 1);
+        block.started[t] = true;
+        swapcontext(&block.scheduler, &block.contexts[t]);
+    }
+#endif
 }
 
 void run_fibers(Block& block) {
     for (unsigned t = 0; t < block.threads; ++t) {
+#ifdef CUDA_CPU_ASAN
+        __asan_unpoison_memory_region((*block.stacks)[t].get(), kFiberStack);  // frames a past block left
+#endif
         getcontext(&block.contexts[t]);
         block.contexts[t].uc_stack.ss_sp = (*block.stacks)[t].get();
         block.contexts[t].uc_stack.ss_size = kFiberStack;
@@ -260,14 +352,8 @@ void run_fibers(Block& block) {
         unsigned long before = block.events;
         bool started = false;
         for (unsigned t = 0; t < block.threads; ++t) {
-            if (block.finished[t]) continue;
-            block.running = t;
-            current_thread = &block.states[t];
-            if (!_setjmp(block.scheduler_jump)) {
-                if (block.started[t]) _longjmp(block.jumps[t].at, 1);
-                block.started[t] = true;
-                swapcontext(&block.scheduler, &block.contexts[t]);
-            }
+            if (!block.can_run(t)) continue;  // finished, or its barrier has not released
+            resume(block, t);
             if (block.finished[t]) --remaining, started = true;
         }
         if (remaining > 0 && block.events == before && !started && !block.aborted) {
@@ -277,57 +363,17 @@ void run_fibers(Block& block) {
     }
 }
 
-// The OS threads of a launch, made once and reused block after block (a thread is costly to create under the
-// sanitizers): the main thread publishes each block and waits until every thread has run it.
-class ThreadPool {
-  public:
-    explicit ThreadPool(unsigned count) : count_(count) {
-        for (unsigned t = 0; t < count; ++t) threads_.emplace_back([this, t] { serve(t); });
-    }
-    ~ThreadPool() {
-        {
-            std::lock_guard<std::mutex> held(mutex_);
-            stopping_ = true;
-        }
-        changed_.notify_all();
-        for (auto& thread : threads_) thread.join();
-    }
-    void run_block() {
-        std::unique_lock<std::mutex> held(mutex_);
-        finished_ = 0;
-        ++generation_;
-        changed_.notify_all();
-        changed_.wait(held, [this] { return finished_ == count_; });
-    }
-
-  private:
-    void serve(unsigned linear) {
-        unsigned long seen = 0;
-        for (;;) {
-            {
-                std::unique_lock<std::mutex> held(mutex_);
-                changed_.wait(held, [&] { return stopping_ || generation_ != seen; });
-                if (stopping_) return;
-                seen = generation_;
-            }
-            run_thread(linear);
-            std::lock_guard<std::mutex> held(mutex_);
-            if (++finished_ == count_) changed_.notify_all();
-        }
-    }
-    unsigned count_;
-    std::mutex mutex_;
-    std::condition_variable changed_;
-    unsigned long generation_ = 0;
-    unsigned finished_ = 0;
-    bool stopping_ = false;
-    std::vector<std::thread> threads_;
-};
-
 }  // namespace
 
-void sync_block(Site site) { the_block->sync_block(site); }
-void sync_warp(unsigned mask, Site site) { the_block->sync_warp(mask, site); }
+void sync_block(Site site) {
+    RuntimeCode runtime;
+    the_block->sync_block(site);
+}
+
+void sync_warp(unsigned mask, Site site) {
+    RuntimeCode runtime;
+    the_block->sync_warp(mask, site);
+}
 
 // Lanes publish into one of two slot sets, alternating per exchange, with one warp barrier between publishing
 // and reading: a lane can publish into a set again only after the next exchange's barrier, which every lane
@@ -335,7 +381,6 @@ void sync_warp(unsigned mask, Site site) { the_block->sync_warp(mask, site); }
 std::uint64_t* publish(std::uint64_t value) {
     Warp& w = the_block->warps[current_thread->linear / kWarp];
     unsigned lane = current_thread->linear % kWarp;
-    auto held = the_block->lock();
     std::uint64_t* slots = w.slots[w.parity[lane]];
     w.parity[lane] ^= 1u;
     slots[lane] = value;
@@ -343,16 +388,16 @@ std::uint64_t* publish(std::uint64_t value) {
 }
 
 std::uint64_t exchange(unsigned mask, std::uint64_t value, unsigned source, Site site) {
+    RuntimeCode runtime;
     std::uint64_t* slots = publish(value);
     sync_warp(mask, site);
-    auto held = the_block->lock();
     return slots[source % kWarp];
 }
 
 unsigned ballot(unsigned mask, bool predicate, Site site) {
+    RuntimeCode runtime;
     std::uint64_t* slots = publish(predicate ? 1 : 0);
     sync_warp(mask, site);
-    auto held = the_block->lock();
     const Warp& w = the_block->warps[current_thread->linear / kWarp];
     unsigned bits = 0;
     for (unsigned lane = 0; lane < kWarp; ++lane)
@@ -361,7 +406,7 @@ unsigned ballot(unsigned mask, bool predicate, Site site) {
 }
 
 bool first_live_lane_of_warp() {
-    auto held = the_block->lock();
+    RuntimeCode runtime;
     const Warp& w = the_block->warps[current_thread->linear / kWarp];
     return (current_thread->linear % kWarp) == static_cast<unsigned>(__builtin_ctz(w.live_mask));
 }
@@ -380,6 +425,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
                             std::size_t shared_bytes, void** params, std::uint64_t first_block,
                             std::uint64_t block_count, char* diagnostics, std::size_t diagnostics_size) {
     using namespace cuda_cpu;
+    RuntimeCode runtime;  // the host's fiber runs only the scheduler from here on
     std::vector<std::string> notes;
     auto report = [&](int status) {
         std::string text;
@@ -402,17 +448,15 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
     launch_state.block = dim3(block[0], block[1], block[2]);
     std::vector<unsigned char> shared(std::max<std::size_t>(shared_bytes, 1));
     launch_state.dynamic_shared = shared_bytes ? shared.data() : nullptr;
-#ifdef CUDA_CPU_SANITIZED
-    const bool fibers = false;
-#else
-    const bool fibers = true;
-#endif
     std::vector<std::unique_ptr<char[]>> stacks;
-    if (fibers)
-        for (std::uint64_t t = 0; t < threads; ++t) stacks.emplace_back(new char[256 * 1024]);
+    for (std::uint64_t t = 0; t < threads; ++t) stacks.emplace_back(new char[kFiberStack]);
+    std::vector<void*> sanitizer_fibers;
+#ifdef CUDA_CPU_TSAN
+    for (std::uint64_t t = 0; t < threads; ++t) sanitizer_fibers.push_back(__tsan_create_fiber(0));
+#endif
     the_invoke = invoke;
     the_params = params;
-    std::unique_ptr<ThreadPool> pool(fibers ? nullptr : new ThreadPool(unsigned(threads)));
+    int status = 0;
     std::uint64_t total = std::uint64_t(grid[0]) * grid[1] * grid[2];
     std::uint64_t last = block_count ? std::min(total, first_block + block_count) : total;
     for (std::uint64_t index = first_block; index < last; ++index) {
@@ -420,7 +464,6 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
                                        unsigned(index / (std::uint64_t(grid[0]) * grid[1]))};
         Block b;
         b.threads = b.live = unsigned(threads);
-        b.fibers = fibers;
         b.diagnostics = &notes;
         for (std::uint64_t w = 0; w < (threads + 31) / 32; ++w) b.warps.emplace_back();
         b.states.resize(threads);
@@ -436,18 +479,28 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
             std::memset(__start_cuda_cpu_shared, 0xFF, __stop_cuda_cpu_shared - __start_cuda_cpu_shared);
 #endif
         the_block = &b;
-        if (fibers) {
-            b.contexts.resize(threads);
-            b.jumps.resize(threads);
-            b.started.assign(threads, false);
-            b.finished.assign(threads, false);
-            b.stacks = &stacks;
-            run_fibers(b);
-        } else {
-            pool->run_block();
-        }
+        b.contexts.resize(threads);
+        b.jumps.resize(threads);
+        b.started.assign(threads, false);
+        b.finished.assign(threads, false);
+        b.waiting_on.assign(threads, nullptr);
+        b.waiting_generation.assign(threads, 0);
+        b.stacks = &stacks;
+        b.sanitizer_fibers = &sanitizer_fibers;
+#ifdef CUDA_CPU_TSAN
+        b.scheduler_fiber = __tsan_get_current_fiber();
+#endif
+        release(&block_start);
+        run_fibers(b);
+        acquire(&block_end);
         the_block = nullptr;
-        if (b.aborted) return report(1);
+        if (b.aborted) {
+            status = 1;
+            break;
+        }
     }
-    return report(0);
+#ifdef CUDA_CPU_TSAN
+    for (void* fiber : sanitizer_fibers) __tsan_destroy_fiber(fiber);
+#endif
+    return report(status);
 }
