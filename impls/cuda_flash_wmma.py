@@ -88,6 +88,13 @@ def _mask_arguments(mask: np.ndarray | None) -> tuple[np.ndarray, tuple[int, int
 def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None, causal: bool = False,
         mask: np.ndarray | None = None, return_lse: bool = False, executor: str):
     """softmax(scale q k^T) v by the WMMA kernel on `executor`; with return_lse, also the float32 log-sum-exp."""
+    return flash_wmma(q, k, v, scale=scale, causal=causal, mask=mask, return_lse=return_lse, executor=executor)
+
+
+def flash_wmma(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None, causal: bool = False,
+               mask: np.ndarray | None = None, return_lse: bool = False, executor: str,
+               kernel: KernelSource = KERNEL):
+    """`run` by flash_wmma.cu or by a copy of it with the same entries and parameters (`kernel`)."""
     dtype = _dtype_name(q, k, v)
     shape = check_shapes(q, k, v, finite=False)
     check_causal(causal, "top_left")
@@ -109,7 +116,7 @@ def run(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = No
               *(np.int32(n) for n in (shape.heads, shape.heads_kv, shape.n_q, shape.n_k, d, d_v)),
               np.float32(s * math.log2(math.e)), np.int32(bool(causal)), np.int32(0), np.int32(mask is not None),
               *(np.int32(n) for n in mask_strides)))
-    results = execute(KERNEL, launch, executor)
+    results = execute(kernel, launch, executor)
     result = np.ascontiguousarray(results[4][..., :shape.d_v]).view(q.dtype)
     return (result, results[5]) if return_lse else result
 

@@ -1,7 +1,8 @@
-"""Three deliberately broken copies of our SIMT flash kernel, each as a CPU record an outside user could write
-with impls.cuda.records.cuda_records: one defect each, for the checker that must catch it
-(tests/test_cuda_checkers_catch.py). Each copy is derived from impls/cuda/kernels/flash_simt.cu by one textual
-change, so the copies follow the kernel instead of being three stale duplicates of it."""
+"""Deliberately broken copies of our SIMT and WMMA flash kernels, each as a CPU record an outside user could
+write with impls.cuda.records.cuda_records: one defect each, for the check that must catch it
+(tests/test_cuda_checkers_catch.py). Each copy is derived from its .cu file by one textual change, so the copies
+follow the kernels instead of being stale duplicates of them. The WMMA copies break only what runs past the
+first key tile: they declare the kernel's geometry, so its fixed tile-edge cases reach them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hashlib
 import os
 from collections.abc import Callable
 
+from impls import cuda_flash_wmma
 from impls.cuda.cpu_build import cache_dir
 from impls.cuda.launch import KernelSource
 from impls.cuda.records import cuda_records
@@ -25,14 +27,27 @@ DEFECTS = {
     # the K load takes key <= n_k: one key past the end of K (out of bounds)
     "flash_simt_tile_off_by_one": ("key < n_k ? to_float(k[", "key <= n_k ? to_float(k["),
 }
+# name -> (text in flash_wmma.cu, what replaces it)
+NEXT_TILE = ("        __syncthreads();  // every warp is done with the previous K/V tile (and on the first pass Q is "
+             "in)\n")
+WMMA_DEFECTS = {
+    # no barrier before the next K/V tile is loaded: a warp overwrites the tile others still multiply (a race);
+    # on the first pass the barrier after the load orders the Q tile, so one key tile never shows it
+    "flash_wmma_missing_tile_sync": (NEXT_TILE, "\n"),
+    # the row sum is not rescaled with the output when the lazy maximum is raised: off only when a later key
+    # tile raises a row's maximum past the lazy threshold (on the first tile l is 0)
+    "flash_wmma_unrescaled_sum": ("        l_run = l_run * alpha + sum;\n", "        l_run = l_run + sum;\n"),
+}
 
 
 def broken_kernel(name: str) -> KernelSource:
-    """flash_simt.cu with the defect `name`, written once under the build cache (same lines as the original)."""
-    original, broken = DEFECTS[name]
-    source = KERNEL.text()
+    """The kernel with the defect `name`, written once under the build cache (same lines as the original)."""
+    kernel, (original, broken) = (cuda_flash_wmma.KERNEL, WMMA_DEFECTS[name]) if name in WMMA_DEFECTS else (
+        KERNEL, DEFECTS[name])
+    source = kernel.text()
     if source.count(original) != 1:
-        raise RuntimeError(f"{name}: the text it breaks occurs {source.count(original)} times in flash_simt.cu")
+        raise RuntimeError(f"{name}: the text it breaks occurs {source.count(original)} times in "
+                           f"{kernel.path.name}")
     text = source.replace(original, broken)
     path = cache_dir() / "broken" / hashlib.sha256(text.encode()).hexdigest()[:16] / f"{name}.cu"
     if not path.exists():
@@ -40,7 +55,7 @@ def broken_kernel(name: str) -> KernelSource:
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(text)
         os.replace(partial, path)
-    return KernelSource(path, KERNEL.entries)
+    return KernelSource(path, kernel.entries)
 
 
 def _broken_copy(name: str) -> Callable:
@@ -53,6 +68,20 @@ def _broken_copy(name: str) -> Callable:
     return cuda_records(name.replace("_", "-"), run, dtypes=("float32",))[1]
 
 
+def _broken_wmma(name: str) -> Callable:
+    kernel = broken_kernel(name)
+
+    def run(q, k, v, *, scale=None, causal=False, mask=None, executor):
+        return cuda_flash_wmma.flash_wmma(q, k, v, scale=scale, causal=causal, mask=mask, executor=executor,
+                                          kernel=kernel)
+
+    run.__name__ = name
+    return cuda_records(name.replace("_", "-"), run, dtypes=("float16",), causal_alignment="top_left",
+                        geometry=cuda_flash_wmma.GEOMETRY)[1]
+
+
 missing_sync = _broken_copy("flash_simt_missing_sync")
 tile_off_by_one = _broken_copy("flash_simt_tile_off_by_one")
 early_return = _broken_copy("flash_simt_early_return")
+wmma_missing_tile_sync = _broken_wmma("flash_wmma_missing_tile_sync")
+wmma_unrescaled_sum = _broken_wmma("flash_wmma_unrescaled_sum")
