@@ -24,7 +24,15 @@ from harness.repro import call_line_for
 from harness.trial import Trial, problems_for
 from properties.test_dropout import dropout_call
 from specs.dropout_mask import keep_mask
-from specs.keyword_edges import DROPOUT_EDGES, LSE_SCORE_EDGES, mask_edges, scale_edges, with_mask, with_scale
+from specs.keyword_edges import (
+    DROPOUT_EDGES,
+    LSE_SCORE_EDGES,
+    SCALE_TYPES,
+    mask_edges,
+    scale_edges,
+    with_mask,
+    with_scale,
+)
 from specs.problems import build
 from specs.tolerance import ToleranceUndefined, dropout_survivor_allowance, forward_allowance, lse_allowance
 
@@ -44,6 +52,17 @@ def test_scale_edges_match_the_oracle(variant, data):
     trial = Trial(variant, with_scale(base, edge))
     oracle, allowance = trial.oracle()
     trial.expect_close(trial.call(), oracle.out, allowance, what=f"out at {edge.describe()}")
+
+
+@checks("scale-keyword-domain")
+@pytest.mark.requires("scale")
+def test_scale_types_match_the_oracle(variant):
+    """Every type a scale may come as (SCALE_TYPES), on one fixed problem with GQA and n_q != n_k."""
+    base = build(batch=2, heads=2, heads_kv=1, n_q=5, n_k=7, d=4, d_v=4, seed=SEED + 1)
+    for edge in SCALE_TYPES:
+        trial = Trial(variant, with_scale(base, edge))
+        oracle, allowance = trial.oracle()
+        trial.expect_close(trial.call(), oracle.out, allowance, what=f"out at {edge.describe()}")
 
 
 @checks("mask-keyword-domain")

@@ -43,7 +43,7 @@ def _edge(keyword: str, label: str, code: str) -> Edge:
     return Edge(keyword, label, eval(code, {"np": np}), code)  # the value is what the code rebuilds
 
 
-SCALE_EDGES = tuple(_edge("scale", label, code) for label, code in (
+SCALE_VALUES = tuple(_edge("scale", label, code) for label, code in (
     ("zero: uniform weights over the visible keys", "0.0"),
     ("negative: the ranking reversed", "-1.0"),
     ("negative: the ranking reversed", "-0.125"),
@@ -55,6 +55,9 @@ SCALE_EDGES = tuple(_edge("scale", label, code) for label, code in (
     ("huge: one-hot weights", "1e4"),
     ("huge: one-hot weights", "1e6"),
     ("huge: one-hot weights", "1e9"),
+))
+# The types a scale may come as, each checked on one fixed problem (the type, not the problem, is the edge)
+SCALE_TYPES = tuple(_edge("scale", label, code) for label, code in (
     ("a Python int", "0"),
     ("a Python int", "1"),
     ("a Python int", "-2"),
@@ -80,8 +83,8 @@ LSE_SCORE_EDGES = (
 
 
 def scale_edges() -> st.SearchStrategy[Edge]:
-    """The scale edges, shrinking towards scale 0.0."""
-    return st.sampled_from(SCALE_EDGES)
+    """The scale values at the edges (SCALE_VALUES), shrinking towards scale 0.0."""
+    return st.sampled_from(SCALE_VALUES)
 
 
 def with_scale(problem: Problem, edge: Edge) -> Problem:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specs.dropout_mask import check_dropout
-from specs.keyword_edges import SCALE_EDGES
+from specs.keyword_edges import SCALE_TYPES, SCALE_VALUES
 from specs.problems import build
 from specs.reference import attention
 from specs.validation import AttentionInputError
@@ -51,7 +51,7 @@ def test_a_huge_scale_gives_argmax_and_a_subnormal_one_the_mean():
 def test_every_scale_edge_type_is_its_float_value():
     """A Python int, a NumPy scalar and a 0-d array are the same scale as the float they hold, bit for bit."""
     p = build(n_q=3, n_k=5, d=4, d_v=2, seed=2)
-    for edge in SCALE_EDGES:
+    for edge in SCALE_VALUES + SCALE_TYPES:
         as_float = attention(p.q, p.k, p.v, scale=float(edge.value))
         given = attention(p.q, p.k, p.v, scale=edge.value)
         assert given.scale == float(edge.value), edge.describe()
