@@ -23,7 +23,7 @@ import math
 import torch
 
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
-from specs.validation import CAUSAL_ALIGNMENTS, AttentionInputError
+from specs.validation import CAUSAL_ALIGNMENTS, AttentionInputError, resolve_scale
 
 LOG2_E = 1.0 / math.log(2.0)
 LN_2 = math.log(2.0)
@@ -54,11 +54,7 @@ class _Plan:
         if self.heads_kv < 1 or self.heads % self.heads_kv:
             raise AttentionInputError(f"heads={self.heads} is not a multiple of heads_kv={self.heads_kv}")
         self.group = self.heads // self.heads_kv
-        if scale is None:
-            scale = 1.0 / math.sqrt(self.d)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-            raise AttentionInputError(f"scale must be a finite number, got {scale!r}")
-        self.scale = float(scale)
+        self.scale = resolve_scale(scale, self.d)  # the protocol's domain: ints, NumPy scalars, 0-d arrays
         if causal_alignment not in CAUSAL_ALIGNMENTS:
             raise AttentionInputError(f"causal_alignment must be one of {CAUSAL_ALIGNMENTS}, got {causal_alignment!r}")
         # key j is visible to query i iff j <= i + offset

@@ -15,7 +15,7 @@ import torch
 from impls.registry import attention_impl
 from impls.torch_flash import flash_attention_tiled
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
-from specs.validation import AttentionInputError
+from specs.validation import AttentionInputError, resolve_scale
 
 FLASH_CAPABILITIES = dict(backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"), tensors="torch",
                           tile_keywords=("block_rows", "block_cols"), lse=True, fused=True)
@@ -48,32 +48,18 @@ def _tiled(causal_alignment: str):
     return tiled
 
 
-# specs/keyword_edges.py's scale edges (the derive step's comment names the edge)
-PYTHON_SCALE_ONLY = {"scale-keyword-domain": {
-    "why": "impls.torch_flash checks `scale` with isinstance(scale, (int, float)): NumPy scalars other than "
-           "float64 (a float subclass) and 0-d arrays are rejected as if they were not numbers",
-    "dtypes": FLASH_CAPABILITIES["dtypes"],
-    "match": r"raised AttentionInputError: scale must be a finite number, got (np\.|array\()"
-             r"(?s:.*)\ninput: .*# (a NumPy scalar|a 0-d array)",
-}}
 flash_tiled = attention_impl(name="torch-flash-tiled", causal_alignment="top_left",
-                             known_defects={**PYTHON_SCALE_ONLY, **FLASH_GRADIENT_FINDINGS},
+                             known_defects=FLASH_GRADIENT_FINDINGS,
                              **FLASH_CAPABILITIES)(_tiled("top_left"))
 flash_tiled_bottom_right = attention_impl(name="torch-flash-tiled-bottom-right", causal_alignment="bottom_right",
-                                          known_defects={**PYTHON_SCALE_ONLY, **FLASH_GRADIENT_FINDINGS},
+                                          known_defects=FLASH_GRADIENT_FINDINGS,
                                           **FLASH_CAPABILITIES)(_tiled("bottom_right"))
 
 
 # float64 and float32 only: in float16 and bfloat16 the unfused operators round S and P to the storage type,
 # which a fused kernel (float32 inside) does not, so the two differ by more than either's own allowance would say
 @attention_impl(name="torch-unfused", backend="torch", dtypes=("float64", "float32"), tensors="torch",
-                known_defects={"scale-keyword-domain": {
-                    "why": "scores * scale with a float64 0-d NumPy array makes a float64 tensor of float32 scores, "
-                           "and a later float32 operator (the product with V, the softmax) meets it and fails",
-                    "dtypes": ("float32",),
-                    "match": r"raised RuntimeError: expected scalar type (Double but found Float|Float but found "
-                             r"Double)"
-                             r"(?s:.*)\ninput: .*# a 0-d array"},
+                known_defects={
                     **_hidden_key_in_d_q(
                         ("float64", "float32"), "masked_fill's backward gives dS = 0 at hidden keys, and matmul's "
                         "backward dQ = dS K multiplies them (0 * NaN = NaN): it replaces hidden values, not keys",
@@ -92,7 +78,7 @@ def unfused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scal
     group = heads // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.matmul(q, k.transpose(-1, -2))  # MatMul
-    scores = scores * (1.0 / math.sqrt(d) if scale is None else scale)  # Scale
+    scores = scores * resolve_scale(scale, d)  # Scale
     visible = torch.ones((n_q, n_k), dtype=torch.bool)
     if causal:
         visible = visible.tril()
