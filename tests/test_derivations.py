@@ -29,8 +29,10 @@ from interpretations import test_geometric as geometric
 from interpretations import test_probabilistic as probabilistic
 from properties import test_dropout as dropout
 from properties import test_formula as formula
+from properties import test_gradient_poisoning as gradient_poisoning
 from properties import test_gradients as gradients
 from properties import test_heads as heads
+from properties import test_keyword_domain as keyword_domain
 from properties import test_masking as masking
 from properties import test_poisoning as poisoning
 from properties import test_probability as probability
@@ -96,6 +98,11 @@ PROPERTIES = [
     (differential.test_rotating_queries_and_keys_together_changes_nothing, TILED, "float64"),
     (differential.test_dual_change_of_basis_changes_nothing, TILED, "float64"),
     (bayesian.test_log_prior_bias_gives_the_posterior_mean, TILED, "float64"),
+    (keyword_domain.test_scale_edges_match_the_oracle, TILED, "float64"),
+    (keyword_domain.test_mask_edges_match_the_oracle, TILED, "float64"),
+    (keyword_domain.test_lse_of_every_row, TILED, "float64"),
+    (gradient_poisoning.test_non_finite_keys_no_row_sees_never_reach_gradients, TILED, "float64"),
+    (gradient_poisoning.test_non_finite_keys_past_every_causal_horizon_never_reach_gradients, TILED, "float64"),
 ]
 CALLS: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # inputs of recorded_positional_bias, in call order
 
