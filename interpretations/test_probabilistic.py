@@ -50,7 +50,7 @@ def test_output_is_expectation_of_values_under_weights(variant):
     """The output is the exact expectation sum_j W_ij v_j under the implementation's own weights W (read off one-hot
     values, normalised), within out's allowance and W's carried through V; and Monte Carlo agrees: j ~ W_i drawn
     DRAWS times per row; at each of CHECKPOINTS sample sizes N the mean of v_j must lie within Bernstein's
-    radius (statistics. bernstein_radius: the CLT's z sigma / sqrt(N) with sigma the spread of v under W_i, plus
+    radius (statistics.bernstein_radius: the CLT's z sigma / sqrt(N) with sigma the spread of v under W_i, plus
     b L / 3N, valid at every N) of the implementation's out_i, plus out's allowance and W's carried through V.
     False alarm: ALPHA = 1e-9 per implementation, split over rows x coordinates x checkpoints (union bound);
     over a run of ~70 implementations 7e-8. Power: the same test rejects the uniform mean of V, and an
