@@ -4,12 +4,11 @@
 //
 // Under a sanitizer the fibers are announced to it. ThreadSanitizer (CUDA_CPU_TSAN) keeps one thread state
 // per fiber, ignores the scheduler's own bookkeeping (which every fiber touches: RuntimeCode), and is told
-// that a switch orders nothing: the only happens-before edges
-// between the kernel's threads are the ones the barriers declare (every arrival releases, every departure
-// acquires) and the start and end of each block, so two threads that touch the same word with no barrier
-// between are a race however the scheduler happened to order them. AddressSanitizer (CUDA_CPU_ASAN) is told
-// which stack runs. One OS thread instead of one per CUDA thread: no context switch through the kernel, no
-// lock per barrier.
+// that a switch orders nothing: the only happens-before edges between the kernel's threads are the ones the
+// barriers declare (every arrival releases, every departure acquires) and the start and end of each block, so
+// two threads that touch the same word with no barrier between are a race however the scheduler happened to
+// order them. AddressSanitizer (CUDA_CPU_ASAN) is told which stack runs. One OS thread instead of one per CUDA
+// thread: no context switch through the kernel, no lock per barrier.
 #include "cuda_cpu.h"
 
 #include <setjmp.h>
