@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from impls.cuda.geometry import TileGeometry
 from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
 from impls.cuda.records import cuda_records
 
@@ -216,8 +217,9 @@ SHARED_MEMORY_CHECKED_EXPECTATIONS: tuple[Expectation, ...] = (
                 "dev profile) the driver dies of SIGSEGV before its barrier accounting reports"),
 )
 
+# one query row per thread, DEFAULT_THREADS rows a block, every key read in one pass (no key tiles)
 _SEED_CAPABILITIES = dict(dtypes=("float32",), gqa=False, cross=False, value_dim=False,
-                          tile_keywords=("block_threads",))
+                          tile_keywords=("block_threads",), geometry=TileGeometry({64: None}, DEFAULT_THREADS))
 naive_kernel_on_device, naive_kernel_on_cpu = cuda_records("seed002-naive-kernel", _naive, **_SEED_CAPABILITIES)
 shared_memory_kernel_on_device, shared_memory_kernel_on_cpu = cuda_records(
     "seed002-shared-memory-kernel", _shared_memory, **_SEED_CAPABILITIES,
