@@ -16,11 +16,11 @@ from tests.runs import run_suite
 pytest.importorskip("torch")
 
 IMPLS = "tests/dropout_stat_impls.py"
-CAUGHT = {
-    "mask_keyed_on_i_plus_j": {"dropout-independent"},
-    "mask_keyed_on_i_minus_j": {"dropout-independent"},
-    "mask_period_two_over_heads": {"dropout-independent"},
-    "one_position_at_one_and_a_half_p": {"dropout-on-weights"},
+CAUGHT = {  # function -> (the claim it must fail, what the failure must say)
+    "mask_keyed_on_i_plus_j": ("dropout-independent", "the keeps at anti-diagonal (row +1, column -1) agree"),
+    "mask_keyed_on_i_minus_j": ("dropout-independent", "the keeps at diagonal (row +1, column +1) agree"),
+    "mask_period_two_over_heads": ("dropout-independent", "1 of 101 pair families: the keeps at head +2 agree"),
+    "one_position_at_one_and_a_half_p": ("dropout-on-weights", "position [0, 1, 7, 0] was dropped"),
 }
 CORRECT = {  # function -> the dropout claims it must pass
     "hash_mask_in_transposed_blocks": {"dropout-on-weights", "dropout-independent", "dropout-unbiased",
@@ -38,7 +38,9 @@ def run(tmp_path_factory):
 
 @pytest.mark.parametrize("function", sorted(CAUGHT))
 def test_the_wrong_mask_fails_its_claim(run, function):
-    run.expect_caught(f"{IMPLS}:{function}[float64]", CAUGHT[function])
+    claim, message = CAUGHT[function]
+    run.expect_caught(f"{IMPLS}:{function}[float64]", {claim})
+    assert message in run.verdict(claim, f"{IMPLS}:{function}[float64]")["detail"]
 
 
 @pytest.mark.parametrize("function", sorted(CORRECT))
