@@ -42,6 +42,14 @@ EMPTY_FIRST_ROW = ("m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,
                    "p = p.replace(mask=m)")
 
 
+def _expect_oracle(variant, problem, what: str) -> None:
+    """The output on `problem` (an edge derived into it) within the tolerance model of the oracle, the failure
+    naming the keyword and the value in `what`."""
+    trial = Trial(variant, problem)
+    oracle, allowance = trial.oracle()
+    trial.expect_close(trial.call(), oracle.out, allowance, what=what)
+
+
 @checks("scale-keyword-domain")
 @pytest.mark.requires("scale")
 @given(data=st.data())
@@ -49,9 +57,7 @@ def test_scale_edges_match_the_oracle(variant, data):
     edge = data.draw(scale_edges(), label="scale edge")
     masked = variant.capabilities.mask and data.draw(st.booleans(), label="masked")
     base = data.draw(problems_for(variant, scale=False, masked=masked, **SHAPES), label="problem")
-    trial = Trial(variant, with_scale(base, edge))
-    oracle, allowance = trial.oracle()
-    trial.expect_close(trial.call(), oracle.out, allowance, what=f"out at {edge.describe()}")
+    _expect_oracle(variant, with_scale(base, edge), f"out at {edge.describe()}")
 
 
 @checks("scale-keyword-domain")
@@ -60,9 +66,7 @@ def test_scale_types_match_the_oracle(variant):
     """Every type a scale may come as (SCALE_TYPES), on one fixed problem with GQA and n_q != n_k."""
     base = build(batch=2, heads=2, heads_kv=1, n_q=5, n_k=7, d=4, d_v=4, seed=SEED + 1)
     for edge in SCALE_TYPES:
-        trial = Trial(variant, with_scale(base, edge))
-        oracle, allowance = trial.oracle()
-        trial.expect_close(trial.call(), oracle.out, allowance, what=f"out at {edge.describe()}")
+        _expect_oracle(variant, with_scale(base, edge), f"out at {edge.describe()}")
 
 
 @checks("mask-keyword-domain")
@@ -72,9 +76,7 @@ def test_mask_edges_match_the_oracle(variant, data):
     """One mask pattern per example, stored at every rank."""
     base = data.draw(problems_for(variant, **SHAPES), label="problem")
     for edge in data.draw(mask_edges(base), label="mask edges"):
-        trial = Trial(variant, with_mask(base, edge))
-        oracle, allowance = trial.oracle()
-        trial.expect_close(trial.call(), oracle.out, allowance, what=f"out with {edge.describe()}")
+        _expect_oracle(variant, with_mask(base, edge), f"out with {edge.describe()}")
 
 
 @checks("dropout-keyword-domain")
