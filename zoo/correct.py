@@ -48,7 +48,9 @@ def _inner(dtype):
 
 
 def _scale(scale, d):
-    return 1 / math.sqrt(d) if scale is None else scale
+    """The scale as a Python float: a NumPy float32 scalar times a Python float stays float32 (NEP 50), which
+    would round the folded log2(e) factor in a float64 computation."""
+    return 1 / math.sqrt(d) if scale is None else float(scale)
 
 
 def _in_inner_precision(q, k, v):
