@@ -88,9 +88,22 @@ UNCHECKED_VALUE_LENGTH = {
 }
 
 
+GROUP_SUM_IN_BFLOAT16 = {
+    "differentiable-end-to-end": {
+        "why": "with enable_gqa, torch 2.13's CPU flash backward rounds each query head's dK to bfloat16 before "
+               "summing the group's eight: at n = 1025 one element in 65600 ends 3.7 ulps off, past 4 x the naive "
+               "backward's error, whose group sum stays in float32",
+        "dtypes": ("bfloat16",),
+        "properties": ("test_long_gradients_match_the_oracle_backward",),
+        "match": r"dK differs from the float64 oracle's backward beyond the tolerance(?s:.*)"
+                 r"input: build\(heads=8, n_q=1025, n_k=1025, ",  # heads_kv=1, left out of the recipe
+    },
+}
+
+
 @attention_impl(name="torch-sdpa-flash-cpu", backend="torch", dtypes=("float64", "float32", "bfloat16"),
                 causal_alignment="top_left", value_dim=False, fused=True, tensors="torch",
-                known_defects={**UNCHECKED_VALUE_LENGTH, **FLASH_MASK_RANKS,
+                known_defects={**UNCHECKED_VALUE_LENGTH, **FLASH_MASK_RANKS, **GROUP_SUM_IN_BFLOAT16,
                                **scale_as_float_only(("float64", "float32", "bfloat16")),
                                **nan_findings(("float64", "float32", "bfloat16"), drops_visible_nan=True)},
                 probe=lambda: _probe(SDPBackend.FLASH_ATTENTION))

@@ -12,6 +12,31 @@ from tests.runs import run_suite
 STATUSES = {"pass", "fail", "skip", "error"}
 
 
+def _long_only_properties() -> set[str]:
+    """Properties every parametrization of which is a long regime (harness.regimes.cases marks them)."""
+    import importlib
+    import pkgutil
+
+    import interpretations
+    import properties
+    from harness.regimes import LONG_MARKER
+
+    found = set()
+    for package in (properties, interpretations):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for name, fn in vars(module).items():
+                params = [arg for mark in getattr(fn, "pytestmark", []) if mark.name == "parametrize"
+                          for arg in mark.args[1]]
+                if name.startswith("test_") and params and all(
+                        any(m.name == LONG_MARKER for m in getattr(p, "marks", ())) for p in params):
+                    found.add(name)
+    return found
+
+
+LONG_ONLY = _long_only_properties()
+
+
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("main")
@@ -104,7 +129,9 @@ def test_every_builtin_declared_defect_is_caught(main_run):
     run, _ = main_run
     ready, _ = builtin_impls()
     for variant in variants(ready):
-        for scope in variant.impl.known_defects:
+        for scope in (s for s in variant.impl.known_defects if variant.dtype in s.dtypes):
+            if scope.properties and all(name in LONG_ONLY for name in scope.properties):
+                continue  # its properties run only in the long regimes (tox -e long), not in the main job
             verdict = run.verdict(scope.claim, variant.name)
             if verdict is None or verdict["status"] == "skip":
                 continue  # the claim's properties do not apply to this record (a missing capability)
