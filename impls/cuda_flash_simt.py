@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from impls.cuda.execute import execute
 from impls.cuda.geometry import TileGeometry
-from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
+from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch
 from impls.cuda.records import cuda_records
 from specs.validation import AttentionInputError, AttentionShape, check_causal, check_mask, check_shapes, resolve_scale
 

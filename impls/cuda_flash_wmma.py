@@ -13,8 +13,9 @@ import math
 
 import numpy as np
 
+from impls.cuda.execute import execute
 from impls.cuda.geometry import TileGeometry
-from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
+from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch
 from impls.cuda.records import cuda_records
 from specs.validation import AttentionInputError, check_causal, check_mask, check_shapes, resolve_scale
 

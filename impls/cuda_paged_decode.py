@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from impls.cuda.execute import execute
 from impls.cuda.geometry import TileGeometry
-from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
+from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch
 from impls.cuda.records import cuda_records
 from impls.cuda_flash_simt import HEAD_DIM_CLASSES, STORAGE, check_inputs, mask_arguments
 from impls.numpy_paged import page_cache

@@ -15,8 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from impls.cuda.execute import execute
 from impls.cuda.geometry import TileGeometry
-from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch, execute
+from impls.cuda.launch import KERNEL_DIR, KernelSource, Launch
 from impls.cuda.records import cuda_records
 
 NAIVE = KernelSource(KERNEL_DIR / "seed002_attention_kernel_repaired.cu", ("attention_kernel",))

@@ -25,7 +25,7 @@ from harness.gpu_limits import (
 from harness.guarded_call import CallFailed
 from harness.isolation import call_isolated
 from harness.markers import checks
-from impls.cuda.launch import execute
+from impls.cuda.execute import execute
 from impls.cuda.on_cpu import KernelDefect, run_checked
 from impls.cuda.records import cpu_unavailable
 from impls.cuda_seed002_kernels import NAIVE, seed_launch

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from impls.cuda.cpu_build import compiler_unavailable, rewrite_dynamic_shared
-from impls.cuda.launch import KernelSource, Launch, execute
+from impls.cuda.execute import execute
+from impls.cuda.launch import KernelSource, Launch
 from impls.cuda.on_cpu import KernelDefect, KernelLaunchError, run_on_cpu_with_diagnostics
 
 pytestmark = pytest.mark.skipif(compiler_unavailable() is not None, reason=str(compiler_unavailable()))

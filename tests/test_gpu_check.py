@@ -37,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from impls.cuda.launch import KernelSource, Launch, execute
+from impls.cuda.execute import execute
+from impls.cuda.launch import KernelSource, Launch
 from impls.cuda.records import cuda_records
 
 KERNEL = KernelSource(Path(__file__).with_name("tiny.cu"), ("tiny<float>", "tiny<__half>", "tiny<__nv_bfloat16>"))

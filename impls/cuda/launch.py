@@ -1,8 +1,8 @@
-"""One kernel launch, run on whichever executor is asked for.
+"""One kernel launch: its source and its arguments, whichever executor runs it (impls.cuda.execute).
 
 A `Launch` is what CuPy's RawKernel takes: grid, block, dynamic shared bytes and the arguments, NumPy arrays
 for pointer parameters and NumPy scalars (np.int32 for `int`, np.float32 for `float`) for the rest, in the
-kernel's parameter order. `execute` runs it with CuPy on the CUDA device ("cupy") or on this CPU through
+kernel's parameter order. impls.cuda.execute runs it with CuPy on the CUDA device ("cupy") or on this CPU through
 impls/cuda/cpu ("cpu"), and returns every argument after the launch, so an output buffer is read back the same
 way from either.
 """
@@ -51,22 +51,3 @@ class Launch:
             if not isinstance(arg, (np.ndarray, np.generic)):
                 raise TypeError(f"{self.entry}: argument {i} is a {type(arg).__name__}; pass NumPy arrays for "
                                 "pointers and NumPy scalars (np.int32, np.float32) for values")
-
-
-def execute(kernel: KernelSource, launch: Launch, executor: str) -> tuple[np.ndarray | np.generic, ...]:
-    """Run `launch` of `kernel` on `executor` ("cupy": the CUDA device; "cpu": impls/cuda/cpu in this process;
-    a checker: the CPU build in a driver process that raises KernelDefect with what the checker reports);
-    every argument after the launch, arrays copied back."""
-    if executor == "cupy":
-        from impls.cuda.on_device import run_on_device
-
-        return run_on_device(kernel, launch)
-    if executor == "cpu":
-        from impls.cuda.on_cpu import run_on_cpu
-
-        return run_on_cpu(kernel, launch)
-    if executor in EXECUTORS:
-        from impls.cuda.on_cpu import run_checked
-
-        return run_checked(kernel, launch, executor)
-    raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
