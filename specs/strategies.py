@@ -16,15 +16,26 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from hypothesis import strategies as st
 
 from specs.dtypes import finfo
 from specs.problems import MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
 
-if TYPE_CHECKING:
-    from impls.registry import Capabilities
+
+class ShapeCapabilities(Protocol):
+    """What the strategies read of an implementation's capabilities (CONTRACT 1's Capabilities has these
+    fields): the specification draws problems for an implementation without importing the protocol above it."""
+
+    scale: bool
+    gqa: bool
+    cross: bool
+    value_dim: bool
+    causal_alignment: str
+    max_seq: int | None
+    compiles_per_shape: bool
+
 
 MAX_N = 130  # past 128, the largest power-of-two tile size drawn
 MAX_TILES = 1024  # tile loops in Python stay fast enough for a property run
@@ -126,7 +137,7 @@ class ShapeRules:
                              "or cross=False")
 
     @classmethod
-    def for_caps(cls, caps: Capabilities | None, *, causal: bool = False, empty_rows: bool = False,
+    def for_caps(cls, caps: ShapeCapabilities | None, *, causal: bool = False, empty_rows: bool = False,
                  **flags) -> ShapeRules:
         """The rules `flags` (fields of ShapeRules) ask for, narrowed to what `caps` supports.
 
@@ -214,7 +225,7 @@ def styles(dtype: str = "float64", score_styles: tuple[str, ...] = SCORE_STYLES,
 
 
 @st.composite
-def scales(draw, caps: Capabilities | None = None) -> float | None:
+def scales(draw, caps: ShapeCapabilities | None = None) -> float | None:
     """A scale for the recipe: None (the default 1/sqrt(d)) or, half the time when `caps` take one, an
     explicit scale from SCALES or [1e-3, 10]. Shrinks towards None."""
     if (caps is None or caps.scale) and draw(st.booleans()):
@@ -231,7 +242,7 @@ def masks() -> st.SearchStrategy[dict[str, str | float]]:
 @functools.cache  # one strategy object per set of arguments: Hypothesis caches what it computes about it
 def problems(
     *,
-    caps: Capabilities | None = None,
+    caps: ShapeCapabilities | None = None,
     dtype: str = "float64",
     causal: bool = False,
     masked: bool = False,

@@ -318,3 +318,17 @@ def test_draws_shrink_to_the_plainest(part):
 def test_a_part_listing_another_style_first_is_caught():
     plainest = PLAINEST["styles"][1]
     assert find(styles(score_styles=SCORE_STYLES[::-1]), lambda _: True, settings=SEARCH) != plainest
+
+
+def test_the_strategies_read_only_fields_the_protocol_defines():
+    """specs.strategies types capabilities structurally (specs sits below the protocol): every field it reads is
+    one of Capabilities' fields, with the same annotation, so a renamed capability cannot go unnoticed."""
+    import dataclasses
+
+    from impls.registry import Capabilities
+    from specs.strategies import ShapeCapabilities
+
+    fields = {f.name: f.type for f in dataclasses.fields(Capabilities)}
+    for name, annotation in ShapeCapabilities.__annotations__.items():
+        assert name in fields, f"specs.strategies reads caps.{name}, which Capabilities does not define"
+        assert str(fields[name]) == str(annotation), (name, fields[name], annotation)
