@@ -14,14 +14,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from harness import run_context
 from harness.call_state import seed_generators
-
-
-class CallSettings:
-    """Run-wide settings the pytest plugin fills from the command line."""
-
-    timeout_s: float = 20.0
-    isolated_targets: frozenset[str] = frozenset()  # implementations whose calls run in a worker process
 
 
 class CallFailed(Exception):
@@ -90,10 +84,11 @@ def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> t
 
 
 def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str = "numpy",
-                    seed: int | None = None) -> object:
-    """fn(q, k, v, **kwargs) under the time limit, the inputs handed over as `tensors` asks, the global
-    generators seeded with `seed` just before the call (harness.call_state; None leaves them alone)."""
-    limit = CallSettings.timeout_s
+                    seed: int | None = None, timeout_s: float | None = None) -> object:
+    """fn(q, k, v, **kwargs) under the time limit (`timeout_s`, else the run context's), the inputs handed over
+    as `tensors` asks, the global generators seeded with `seed` just before the call (harness.call_state; None
+    leaves them alone)."""
+    limit = run_context.current().timeout_s if timeout_s is None else timeout_s
     arrays, kwargs = handed_over(arrays, kwargs, tensors)
     if seed is not None:
         seed_generators(seed)

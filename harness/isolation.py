@@ -22,8 +22,9 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from harness import run_context
 from harness.call_state import CallState, apply_settings, capture
-from harness.guarded_call import CallFailed, CallSettings, as_numpy, call_in_process
+from harness.guarded_call import CallFailed, as_numpy, call_in_process
 
 GRACE_S = 5.0  # beyond the call limit, for the worker's own SIGALRM to answer first
 PRELOAD = ["numpy", "harness.call_state", "harness.guarded_call", "impls.registry", "specs.layouts"]
@@ -60,11 +61,10 @@ def _serve(conn: Connection, target: str) -> None:
             arrays, layout, kwargs, limit, state = conn.recv()
         except EOFError:
             return
-        CallSettings.timeout_s = limit
         laid_out = tuple(to_layout(x, layout) for x in arrays)
         apply_settings(state)
         try:
-            result = _portable(call_in_process(impl.fn, laid_out, kwargs, impl.capabilities.tensors, state.seed))
+            result = _portable(call_in_process(impl.fn, laid_out, kwargs, impl.capabilities.tensors, state.seed, limit))
             pickle.dumps(result)
         except CallFailed as failure:
             conn.send(("failed", (failure.summary, failure.kind), None))
@@ -161,7 +161,7 @@ def call_isolated(target: str, arrays: tuple[np.ndarray, ...], layout: str, kwar
                   seed: int | None = None) -> object:
     """fn(q, k, v, **kwargs) in the implementation's worker, under this process's state with the global
     generators seeded with `seed` (harness.call_state); a crash or a hang fails the call (CallFailed)."""
-    limit = CallSettings.timeout_s
+    limit = run_context.current().timeout_s
     try:
         return WORKERS.call(target, arrays, layout, kwargs, limit, capture(seed))
     except WorkerTimedOut:

@@ -26,9 +26,9 @@ import time
 import pytest
 from hypothesis import settings
 
+from harness import run_context
 from harness.declarations import RUNNING, RunningCheck
 from harness.evidence import PropertyViolation
-from harness.guarded_call import CallSettings
 from harness.kernel_resources import kernel_section, summary_line, wanted
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
@@ -108,8 +108,9 @@ def pytest_configure(config: pytest.Config) -> None:
     unknown = {slug for option in config.getoption("claims") for slug in _split(option)} - set(claims)
     if unknown:
         raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
-    CallSettings.timeout_s = config.getoption("impl_timeout")
-    CallSettings.isolated_targets = isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config)))
+    run_context.install(run_context.RunContext(
+        timeout_s=config.getoption("impl_timeout"),
+        isolated_targets=isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config)))))
     state = RunState(variants(impls), unavailable, claims)
     config.stash[STATE] = state
     config.pluginmanager.register(_Collector(state), "attention-verdicts")

@@ -15,10 +15,11 @@ from hypothesis import currently_in_test_context, note, reject, target
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
+from harness import run_context
 from harness.assertions import compare
 from harness.declarations import RUNNING, all_expected
 from harness.evidence import DeclaredViolation, PropertyViolation
-from harness.guarded_call import CallFailed, CallSettings, call_in_process, checked_array, non_finite_summary
+from harness.guarded_call import CallFailed, call_in_process, checked_array, non_finite_summary
 from harness.isolation import call_isolated
 from harness.repro import call_line_for, cast_line, index_code, repro_snippet
 from impls.registry import Variant
@@ -98,7 +99,7 @@ class Trial:
         kwargs = {**problem.kwargs(), **extra}
         started = time.perf_counter()
         try:
-            if impl.target in CallSettings.isolated_targets:
+            if impl.target in run_context.current().isolated_targets:
                 return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
             return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
         except CallFailed as failure:

@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from harness.guarded_call import CallFailed, CallSettings
+from harness import run_context
+from harness.guarded_call import CallFailed
 from harness.isolation import WORKERS, call_isolated
 from harness.plugin import isolated_targets
 from impls.registry import load_impl
@@ -52,9 +53,9 @@ def test_isolated_calls_keep_layouts_exceptions_and_writes_to_inputs():
     assert not np.array_equal(q, before), "the write to q in the worker must reach the caller's q"
 
 
-def test_a_hang_in_native_code_is_a_timeout(monkeypatch):
-    monkeypatch.setattr(CallSettings, "timeout_s", 0.5)
-    with pytest.raises(CallFailed, match=r"longer than 0\.5 s") as hung:
+def test_a_hang_in_native_code_is_a_timeout():
+    with run_context.using(run_context.RunContext(timeout_s=0.5)), \
+            pytest.raises(CallFailed, match=r"longer than 0\.5 s") as hung:
         call_isolated("tests/crashing_impls.py:ignores_the_alarm", _inputs(2), "contiguous", {})
     assert hung.value.kind == "timeout"
 
