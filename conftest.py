@@ -1,7 +1,8 @@
-"""A clone's entry point: registers harness.options (the suite's options, Hypothesis profiles, report plugin).
+"""A clone's entry point: registers harness.options (the suite's options, Hypothesis profiles, report plugin)
+and the implementations' plugin modules, which answer the harness's hooks (harness.hookspecs).
 
-An installed suite registers the same module through its `pytest11` entry point, named `harness.options`
-too, and pytest then skips this line: a module is registered once.
+An installed suite registers the same modules through its `pytest11` entry points, named after them too, and
+pytest then skips this line: a module is registered once.
 """
 
-pytest_plugins = ("harness.options",)
+pytest_plugins = ("harness.options", "impls.cuda.resources")

@@ -33,6 +33,12 @@ from harness import profiles
 SUITE_ROOT = Path(__file__).resolve().parent.parent  # the clone, or site-packages when installed
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from harness import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attention", "attention specification")
     group.addoption("--impl", action="append", default=[], metavar="TARGET",

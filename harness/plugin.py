@@ -15,7 +15,7 @@
   dtype) without catching anything is reported: an error (exit 1) for built-in
   records under a derandomized profile (`ci`), a warning otherwise.
 - Kernel resources: a run that collected CUDA records or CUDA properties compiles the catalogued kernels once,
-  in the controller, for the report's `kernels` section (harness.kernel_resources).
+  in the controller, for the report's `kernels` section (the pytest_attention_kernel_resources hook).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from hypothesis import settings
 from harness import run_context
 from harness.declarations import RUNNING, RunningCheck
 from harness.evidence import PropertyViolation
-from harness.kernel_resources import kernel_section, summary_line, wanted
+from harness.kernel_resources import summary_line, wanted
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
@@ -327,7 +327,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    kernels = kernel_section() if wanted(state) else None  # compiles every catalogued kernel: seconds, once
+    # the CUDA implementations' plugin compiles every catalogued kernel: seconds, once
+    kernels = session.config.hook.pytest_attention_kernel_resources() if wanted(state) else None
     state.report = build_report(state, time.monotonic() - state.started,
                                 profile=settings.get_current_profile_name(), kernels=kernels)
     directory = session.config.getoption("report")

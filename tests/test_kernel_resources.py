@@ -1,5 +1,6 @@
-"""The report's `kernels` section (harness.kernel_resources): ptxas's numbers for a small kernel of this test's
-own, a compile error recorded per kernel, the reason when NVRTC is missing, and when a run pays for it."""
+"""The report's `kernels` section (impls.cuda.resources computes it, harness.kernel_resources renders it):
+ptxas's numbers for a small kernel of this test's own, a compile error recorded per kernel, the reason when NVRTC
+is missing, and when a run pays for it."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import kernel_resources
-from harness.kernel_resources import html_section, kernel_section, markdown_lines, summary_line, wanted
+from harness.kernel_resources import html_section, markdown_lines, summary_line, wanted
 from harness.report import build_report, write_report
 from harness.verdicts import RunState
+from impls.cuda import resources as kernel_resources
 from impls.cuda.catalogue import KERNELS, uncatalogued
 from impls.cuda.launch import KernelSource
 from impls.cuda.nvrtc import ARCHITECTURES, NvrtcUnavailable, version
@@ -49,7 +50,7 @@ def test_numbers_parse_for_every_entry_and_architecture(tmp_path):
     (tmp_path / "broken.cu").write_text("__global__ void broken(float* y) { y[0] = undeclared; }\n")
     kernels = [KernelSource(tmp_path / "tiny.cu", ("heavy", "scaled<float>")),
                KernelSource(tmp_path / "broken.cu", ("broken",))]
-    section = kernel_section(kernels)
+    section = kernel_resources.kernel_section(kernels)
     assert section["unavailable"] is None and section["compiler"].startswith("NVRTC ")
     assert section["architectures"] == list(ARCHITECTURES)
     got = {(e["entry"], e["arch"]): e for e in section["entries"]}
@@ -72,7 +73,7 @@ def test_without_nvrtc_the_section_says_why(monkeypatch, tmp_path):
         raise NvrtcUnavailable("NVRTC needs cupy-cuda12x (no module named cupy_backends)")
 
     monkeypatch.setattr(kernel_resources, "version", missing)
-    section = kernel_section([KernelSource(tmp_path / "tiny.cu", ("heavy",))])
+    section = kernel_resources.kernel_section([KernelSource(tmp_path / "tiny.cu", ("heavy",))])
     assert section["unavailable"].startswith("NVRTC needs cupy-cuda12x")
     assert section["entries"] == [] and section["errors"] == [] and section["compiler"] is None
     assert "not compiled (NVRTC needs" in summary_line(section)

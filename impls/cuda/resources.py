@@ -1,0 +1,77 @@
+"""ptxas's resources of every catalogued CUDA kernel (impls/cuda/catalogue.py) on every architecture of
+impls/cuda/nvrtc.py: the report's `kernels` section (its form: harness.kernel_resources, which renders it).
+
+Without NVRTC, `unavailable` says why and the lists are empty; a kernel that does not compile is an entry of
+`errors` (the first error lines of NVRTC's log), never an exception. A pytest plugin (registered by conftest.py
+and the package's entry point): the run asks for the section through the `pytest_attention_kernel_resources` hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+
+import impls
+from impls.cuda.launch import KernelSource
+from impls.cuda.nvrtc import ARCHITECTURES, CompileError, NvrtcUnavailable, resources, version
+
+ROOT = Path(impls.__file__).resolve().parent.parent
+
+
+def _source(kernel: KernelSource) -> str:
+    path = kernel.path.resolve()
+    return str(path.relative_to(ROOT)) if ROOT in path.parents else str(path)
+
+
+def first_errors(log: str, limit: int = 4) -> str:
+    """The first `limit` lines of a compiler log that name an error (else its first lines)."""
+    lines = [line.rstrip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return "\n".join((errors or lines)[:limit])
+
+
+def kernel_section(kernels: Iterable[KernelSource] | None = None,
+                   architectures: Iterable[str] = ARCHITECTURES) -> dict:
+    """ptxas's numbers for every entry of `kernels` (default: the catalogue) on every architecture."""
+    if kernels is None:
+        from impls.cuda.catalogue import KERNELS
+
+        kernels = KERNELS
+    architectures = list(architectures)
+    section = {"compiler": None, "architectures": architectures, "unavailable": None, "entries": [], "errors": []}
+    try:
+        section["compiler"] = f"NVRTC {version()}"
+        for kernel in kernels:
+            for arch in architectures:
+                _compile_one(kernel, arch, section)
+    except NvrtcUnavailable as exc:
+        return {**section, "compiler": None, "unavailable": str(exc), "entries": [], "errors": []}
+    return section
+
+
+def _compile_one(kernel: KernelSource, arch: str, section: dict) -> None:
+    source = _source(kernel)
+    try:
+        found = resources(kernel, arch)
+    except NvrtcUnavailable:
+        raise
+    except CompileError as exc:
+        section["errors"].append({"source": source, "arch": arch, "error": first_errors(str(exc))})
+        return
+    except Exception as exc:  # an unreadable file, a name expression NVRTC cannot lower: the kernel's failure
+        section["errors"].append({"source": source, "arch": arch, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    reported = {r.kernel for r in found}
+    for r in sorted(found, key=lambda r: kernel.entries.index(r.kernel)):
+        numbers = {key: value for key, value in dataclasses.asdict(r).items() if key not in ("kernel", "arch")}
+        section["entries"].append({"source": source, "entry": r.kernel, "arch": r.arch, **numbers})
+    for entry in kernel.entries:
+        if entry not in reported:
+            section["errors"].append({"source": source, "arch": arch,
+                                      "error": f"ptxas reported no resources for {entry}"})
+
+
+def pytest_attention_kernel_resources() -> dict:
+    """The hook's answer: the catalogue's section, compiled now (seconds; the run asks once, in the controller)."""
+    return kernel_section()
