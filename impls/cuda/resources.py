@@ -12,11 +12,10 @@ import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
-import impls
 from impls.cuda.launch import KernelSource
 from impls.cuda.nvrtc import ARCHITECTURES, CompileError, NvrtcUnavailable, resources, version
 
-ROOT = Path(impls.__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the clone (or site-packages): sources are named from here
 
 
 def _source(kernel: KernelSource) -> str:
