@@ -47,19 +47,20 @@ class Implementation:
 
 
 IMPLEMENTATIONS = (
-    Implementation("sdpa-flash", "torch SDPA, FLASH_ATTENTION backend", "impls.torch_sdpa:sdpa_flash_cpu", "torch",
-                   ("forward", "fwd+bwd")),
+    Implementation("sdpa-flash", "torch SDPA, FLASH_ATTENTION backend", "impls.torch.torch_sdpa:sdpa_flash_cpu",
+                   "torch", ("forward", "fwd+bwd")),
     Implementation("matmul-qk", "torch.bmm (8, n, d) x (8, d, n)", None, "torch", ("matmul",)),
     Implementation("matmul-pv", "torch.bmm (8, n, n) x (8, n, d)", None, "torch", ("matmul",)),
-    Implementation("torch-tiled", "our torch tiled FlashAttention", "impls.torch_flash:flash_attention_tiled",
+    Implementation("torch-tiled", "our torch tiled FlashAttention", "impls.torch.torch_flash:flash_attention_tiled",
                    "torch", ("forward", "fwd+bwd")),
-    Implementation("sdpa-math", "torch SDPA, MATH backend", "impls.torch_sdpa:sdpa_math", "torch",
+    Implementation("sdpa-math", "torch SDPA, MATH backend", "impls.torch.torch_sdpa:sdpa_math", "torch",
                    ("forward", "fwd+bwd"), quadratic=True),
     Implementation("seed000-three-line", "seed 000 three-line torch code",
-                   "impls.seed000_three_line:three_line_attention", "torch", ("forward", "fwd+bwd"), quadratic=True),
-    Implementation("numpy-naive", "naive NumPy (the reference formula)", "impls.numpy_reference:reference_attention",
-                   "numpy", ("forward",), quadratic=True),
-    Implementation("numpy-tiled", "NumPy tiled forward, 128 x 128 blocks", "impls.numpy_tiled:tiled_attention",
+                   "impls.seeds.seed000_three_line:three_line_attention", "torch", ("forward", "fwd+bwd"),
+                   quadratic=True),
+    Implementation("numpy-naive", "naive NumPy (the reference formula)",
+                   "impls.numpy.numpy_reference:reference_attention", "numpy", ("forward",), quadratic=True),
+    Implementation("numpy-tiled", "NumPy tiled forward, 128 x 128 blocks", "impls.numpy.numpy_tiled:tiled_attention",
                    "numpy", ("forward",), kwargs=NUMPY_TILED_BLOCKS),
 )
 BY_NAME = {impl.name: impl for impl in IMPLEMENTATIONS}
@@ -219,8 +220,8 @@ def profile_reading(wall: float, ops_total: float, top_ops: list[dict]) -> str:
 
 
 def memory_probes(sizes_n, quadratic_max_n: int, d: int = MEMORY_D) -> dict:
-    """One harness.peak_memory probe per (implementation, mode, n): each its own child process."""
-    from harness.peak_memory import Probe
+    """One harness.api.peak_memory probe per (implementation, mode, n): each its own child process."""
+    from harness.api.peak_memory import Probe
 
     probes = {}
     for case in CASES:

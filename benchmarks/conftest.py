@@ -2,7 +2,7 @@
 
 The benchmarks (test_attention.py) record their times here. When the session ends, if anything was timed:
 our torch tiled forward is profiled once, the peak memory of every (implementation, mode, n) is measured
-in its own child process (harness/peak_memory.py, one after another, after all timings so they do not
+in its own child process (harness/api/peak_memory.py, one after another, after all timings so they do not
 disturb them), and benchmarks/summary.py writes bench-<date>.json, .md and .png to --bench-results and
 prints the table, the fitted exponents and the three targets at the end of the terminal output.
 """
@@ -81,7 +81,7 @@ def _profile(config: pytest.Config, timings: list[dict], notes: list[str]) -> di
 
 
 def _memory(config: pytest.Config, session: bench.Session, notes: list[str]) -> list[dict]:
-    from harness.peak_memory import MeasurementUnavailable, peak_bytes
+    from harness.api.peak_memory import MeasurementUnavailable, peak_bytes
 
     if config.getoption("bench_memory") == "no":
         return []

@@ -293,7 +293,7 @@ def markdown(data: dict, plot_name: str | None = None) -> str:
     if data["memory"]:
         out += ["## Peak memory", "",
                 f"Resident memory one call added at its peak (VmHWM after /proc/self/clear_refs, "
-                f"harness/peak_memory.py), one child process per implementation and n, one thread, "
+                f"harness/api/peak_memory.py), one child process per implementation and n, one thread, "
                 f"d={s.get('memory_d')}. The exponent is the log-log slope against n (tiled: O(n·B), naive: O(n²)).",
                 "", _markdown_table(memory_table(data)), ""]
     prof = data.get("profile")

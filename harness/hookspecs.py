@@ -9,5 +9,5 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_attention_kernel_resources() -> dict | None:
-    """The report's `kernels` section (its form: harness.kernel_resources), computed when the run asks, once, in
-    the controller; None where no plugin computes it."""
+    """The report's `kernels` section (its form: harness.reporting.kernel_resources), computed when the run asks, once,
+    in the controller; None where no plugin computes it."""

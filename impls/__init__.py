@@ -1,6 +1,9 @@
-"""Implementations under test, one declarative record each (see impls.registry).
+"""Implementations under test, one declarative record each (CONTRACT 1: protocol), by kind: numpy/ (the
+reference, tiled, paged, split-KV), torch/ (SDPA per backend, nn.MultiheadAttention, the project's FlashAttention),
+cuda/ (the kernels, their Python faces, the runtime that runs them on a GPU or on this CPU), seeds/ (the seeds'
+code as written and its records). impls.records lists the built-in records.
 
-`from impls import flash_attention, flash_attn_func` gives the project's FlashAttention (impls.torch_flash);
+`from impls import flash_attention, flash_attn_func` gives the project's FlashAttention (impls.torch.torch_flash);
 torch is imported only then, so `import impls` works where torch is not installed.
 """
 
@@ -9,7 +12,7 @@ _FLASH_FACES = ("flash_attention", "flash_attn_func")
 
 def __getattr__(name: str):
     if name in _FLASH_FACES:
-        from impls import torch_flash
+        from impls.torch import torch_flash
 
         return getattr(torch_flash, name)
     raise AttributeError(f"module 'impls' has no attribute {name!r}")

@@ -1,41 +1,41 @@
 """The built-in records: every implementation this project maintains, kept apart from the protocol that reads
-them (impls.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here."""
+them (protocol.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here."""
 
 from __future__ import annotations
 
-from impls.registry import Impl, Unavailable, load_impl
+from protocol.registry import Impl, Unavailable, load_impl
 
 BUILTIN_TARGETS = (
-    "impls.numpy_reference:reference_attention",
-    "impls.numpy_tiled:tiled_attention",
-    "impls.numpy_paged:paged_attention",
-    "impls.numpy_split_kv:split_kv_attention",
-    "impls.seed000_exp_ratio:exp_ratio_attention",
-    "impls.seed000_three_line:three_line_attention",
-    "impls.seed001_multihead:seed_multi_head_attention",
-    "impls.seed002_tiled:memory_optimized_tiled_attention",
-    "impls.seed002_tiled:hardware_aware_attention",
-    "impls.torch_sdpa:sdpa_math",
-    "impls.torch_sdpa:sdpa_flash_cpu",
-    "impls.torch_mha:multihead_attention_module",
-    "impls.torch_flash_records:flash_tiled",
-    "impls.torch_flash_records:flash_tiled_bottom_right",
-    "impls.torch_flash_records:unfused_attention",
-    "impls.torch_sdpa_cuda:sdpa_cuda_flash",
-    "impls.torch_sdpa_cuda:sdpa_cuda_efficient",
-    "impls.torch_sdpa_cuda:sdpa_cuda_cudnn",
-    "impls.cuda_seed002_kernels:naive_kernel_on_device",
-    "impls.cuda_seed002_kernels:naive_kernel_on_cpu",
-    "impls.cuda_seed002_kernels:shared_memory_kernel_on_device",
-    "impls.cuda_seed002_kernels:shared_memory_kernel_on_cpu",
-    "impls.cuda_flash_simt:flash_simt_on_device",
-    "impls.cuda_flash_simt:flash_simt_on_cpu",
-    "impls.cuda_flash_simt:flash_simt_bottom_right_on_device",
-    "impls.cuda_flash_simt:flash_simt_bottom_right_on_cpu",
-    "impls.cuda_flash_wmma:flash_wmma_on_device",
-    "impls.cuda_flash_wmma:flash_wmma_on_cpu",
-    "impls.cuda_paged_decode:paged_decode_on_device",
-    "impls.cuda_paged_decode:paged_decode_on_cpu",
+    "impls.numpy.numpy_reference:reference_attention",
+    "impls.numpy.numpy_tiled:tiled_attention",
+    "impls.numpy.numpy_paged:paged_attention",
+    "impls.numpy.numpy_split_kv:split_kv_attention",
+    "impls.seeds.seed000_exp_ratio:exp_ratio_attention",
+    "impls.seeds.seed000_three_line:three_line_attention",
+    "impls.seeds.seed001_multihead_record:seed_multi_head_attention",
+    "impls.seeds.seed002_tiled:memory_optimized_tiled_attention",
+    "impls.seeds.seed002_tiled:hardware_aware_attention",
+    "impls.torch.torch_sdpa:sdpa_math",
+    "impls.torch.torch_sdpa:sdpa_flash_cpu",
+    "impls.torch.torch_mha:multihead_attention_module",
+    "impls.torch.torch_flash_records:flash_tiled",
+    "impls.torch.torch_flash_records:flash_tiled_bottom_right",
+    "impls.torch.torch_flash_records:unfused_attention",
+    "impls.torch.torch_sdpa_cuda:sdpa_cuda_flash",
+    "impls.torch.torch_sdpa_cuda:sdpa_cuda_efficient",
+    "impls.torch.torch_sdpa_cuda:sdpa_cuda_cudnn",
+    "impls.cuda.cuda_seed002_kernels:naive_kernel_on_device",
+    "impls.cuda.cuda_seed002_kernels:naive_kernel_on_cpu",
+    "impls.cuda.cuda_seed002_kernels:shared_memory_kernel_on_device",
+    "impls.cuda.cuda_seed002_kernels:shared_memory_kernel_on_cpu",
+    "impls.cuda.cuda_flash_simt:flash_simt_on_device",
+    "impls.cuda.cuda_flash_simt:flash_simt_on_cpu",
+    "impls.cuda.cuda_flash_simt:flash_simt_bottom_right_on_device",
+    "impls.cuda.cuda_flash_simt:flash_simt_bottom_right_on_cpu",
+    "impls.cuda.cuda_flash_wmma:flash_wmma_on_device",
+    "impls.cuda.cuda_flash_wmma:flash_wmma_on_cpu",
+    "impls.cuda.cuda_paged_decode:paged_decode_on_device",
+    "impls.cuda.cuda_paged_decode:paged_decode_on_cpu",
 )
 
 

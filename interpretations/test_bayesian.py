@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import assert_within
-from harness.exhibits import record_headroom
-from harness.markers import checks
-from harness.observe import observe_weights
-from harness.trial import Trial
+from harness.api.assertions import assert_within
+from harness.api.exhibits import record_headroom
+from harness.api.markers import checks
+from harness.api.observe import observe_weights
+from harness.api.trial import Trial
 from interpretations.test_geometric import EXACT_D, exact_problem
 from specs.problems import Problem, build
 from specs.reference import repeat_kv
@@ -30,7 +30,7 @@ SUBJECT = "seed002-bayesian"
 
 def _run(q, k, v):
     torch = _torch()
-    from impls.seed_code.seed002_readings import bayesian_attention
+    from impls.seeds.seed_code.seed002_readings import bayesian_attention
 
     return bayesian_attention(*(torch.from_numpy(x) for x in (q, k, v))).numpy()
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.assertions import assert_within
-from harness.exhibits import record_headroom
-from harness.markers import checks
-from harness.trial import Trial
-from impls.registry import Variant
+from harness.api.assertions import assert_within
+from harness.api.exhibits import record_headroom
+from harness.api.markers import checks
+from harness.api.trial import Trial
 from interpretations.test_geometric import EXACT_D, exact_problem
+from protocol.registry import Variant
 from specs.problems import Problem, build
 from specs.reference import attention
 from specs.tolerance import difference_allowance, score_perturbation_allowance, unit_roundoff
@@ -28,7 +28,7 @@ def _torch():
 
 def _run(q, k, v):
     torch = _torch()
-    from impls.seed_code.seed002_readings import differential_geometric_attention
+    from impls.seeds.seed_code.seed002_readings import differential_geometric_attention
 
     return differential_geometric_attention(*(torch.from_numpy(x) for x in (q, k, v))).numpy()
 

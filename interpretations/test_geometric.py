@@ -1,7 +1,7 @@
 """The geometric reading (seed 002 § 3.1.2; seed 000 § 向量化 and § 自注意力; seed 003 § 第一个概念).
 
 The seeds' readings of the dot product (a cosine on unit vectors, a distance, X times its own transpose)
-are checked on every implementation through its observed weights (harness.observe); seed 002's cosine
+are checked on every implementation through its observed weights (harness.api.observe); seed 002's cosine
 code is checked as written. The geometric reading in its correct form is checked on every implementation
 too: cosine attention is the implementation on unit vectors with scale 1/tau, and translating the keys or
 mapping the values affinely acts as geometry says (a fixed exact problem per implementation,
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.assertions import assert_within
-from harness.exhibits import record_headroom
-from harness.markers import checks
-from harness.observe import ObservedWeights, observe_weights
-from harness.trial import Trial, problems_for
-from impls.registry import Variant
+from harness.api.assertions import assert_within
+from harness.api.exhibits import record_headroom
+from harness.api.markers import checks
+from harness.api.observe import ObservedWeights, observe_weights
+from harness.api.trial import Trial, problems_for
+from protocol.registry import Variant
 from specs.problems import Problem, build
 from specs.reference import repeat_kv
 from specs.strategies import FIXED_SHAPES, Shape, ShapeRules, head_dims, lengths
@@ -49,7 +49,7 @@ U = unit_roundoff(np.float64)
 
 def _seed_code(q, k, v):
     torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
-    from impls.seed_code.seed002_readings import geometric_attention_interpretation
+    from impls.seeds.seed_code.seed002_readings import geometric_attention_interpretation
 
     out, weights = geometric_attention_interpretation(*(torch.from_numpy(x[0, 0]) for x in (q, k, v)))
     return out.numpy()[None, None], weights.numpy()[None, None]
@@ -125,7 +125,7 @@ def orthogonal_move(q: np.ndarray, k: np.ndarray, seed: int) -> np.ndarray:
 @given(n_k=st.integers(1, 6), extra=st.integers(1, 6), seed=seeds)
 def test_weights_depend_only_on_projection_onto_key_span(n_k, extra, seed):
     """The cosine code's weights against the seed's projection reading (dot-product attention satisfies it:
-    tests/test_weak_checks.py)."""
+    tests/unit/test_weak_checks.py)."""
     p = build(n_q=3, n_k=n_k, d=n_k + extra, d_v=2, seed=seed)
     q, k, v = p.q, p.k, p.v
     moved = orthogonal_move(q, k, seed)

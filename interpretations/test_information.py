@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.exhibits import record_headroom
-from harness.markers import checks
-from harness.observe import observe_weights
-from harness.trial import Trial
+from harness.api.exhibits import record_headroom
+from harness.api.markers import checks
+from harness.api.observe import observe_weights
+from harness.api.trial import Trial
 from specs.problems import build
 from specs.strategies import head_dims
 from specs.tolerance import (
@@ -25,7 +25,7 @@ from specs.tolerance import (
 
 torch = pytest.importorskip("torch", reason="the seed's interpretation code is written in torch")
 
-from impls.seed_code.seed002_readings import information_theoretic_attention  # noqa: E402
+from impls.seeds.seed_code.seed002_readings import information_theoretic_attention  # noqa: E402
 
 SUBJECT = "seed002-information"
 sizes = dict(n=st.integers(2, 16), d=head_dims(16).filter(lambda d: d >= 2), seed=st.integers(0, 2**32 - 1))

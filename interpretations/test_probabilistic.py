@@ -1,7 +1,7 @@
 """The probabilistic reading (seed 001 § 1.3 (1); seed 002 § 3.1.1), checked on every implementation.
 
 注意力机制本质上可以认为是求一个离散概率分布的数学期望: out_i = E_{j ~ W_i}[v_j], with W_i the weights the
-implementation itself produced (read through one-hot values, harness.observe), not the oracle's.
+implementation itself produced (read through one-hot values, harness.api.observe), not the oracle's.
 注意力机制可以被视为一种最优线性逼近的方法: out_i minimises sum_j P_ij |x - v_j|^2.
 The temperature limits of that distribution (scale -> infinity: argmax attention, ties split equally;
 scale -> 0: the mean of the visible values; entropy falling as the scale grows), and where the 四不像
@@ -14,11 +14,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.exhibits import exhibit
-from harness.markers import checks
-from harness.observe import observe_weights
-from harness.trial import Trial, problems_for
-from impls.registry import Variant
+from harness.api.exhibits import exhibit
+from harness.api.markers import checks
+from harness.api.observe import observe_weights
+from harness.api.trial import Trial, problems_for
+from protocol.registry import Variant
 from specs.problems import Problem, build
 from specs.statistics import ALPHA, bernstein_radius
 from specs.tolerance import (
@@ -55,7 +55,7 @@ def test_output_is_expectation_of_values_under_weights(variant):
     False alarm: ALPHA = 1e-9 per implementation, split over rows x coordinates x checkpoints (union bound);
     over a run of ~70 implementations 7e-8. Power: the same test rejects the uniform mean of V, and an
     implementation that applies other weights to real values than it shows on one-hot ones
-    (tests/test_readings_prob_catches.py)."""
+    (tests/suite_run/test_readings_prob_catches.py)."""
     d_v = 3 if variant.capabilities.value_dim else 12
     problem = build(batch=1, heads=2, heads_kv=2, n_q=12, n_k=12, d=12, d_v=d_v, seed=SEED).scale_queries(2.0)
     trial = Trial(variant, problem)

@@ -1,4 +1,4 @@
-"""Every CUDA kernel executed on the CPU under the checkers of impls/cuda/on_cpu.py, on the problems the
+"""Every CUDA kernel executed on the CPU under the checkers of impls/cuda/runtime/on_cpu.py, on the problems the
 properties draw (small: each call is a build-cached driver process) and on the fixed tile-edge cases its
 declared geometry gives (impls/cuda/geometry.py: two key tiles + 1, two query blocks + 1, every head-dim class,
 batch 2 with 2 kv heads, causal and masked): AddressSanitizer for out-of-bounds global and shared accesses,
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.markers import checks
-from harness.trial import Trial, check_against_oracle, problems_for
+from harness.api.markers import checks
+from harness.api.trial import Trial, check_against_oracle, problems_for
 from impls.cuda.geometry import TileCase
-from impls.cuda.on_cpu import KernelDefect
-from impls.registry import Variant
+from impls.cuda.runtime.on_cpu import KernelDefect
+from protocol.registry import Variant
 from specs.problems import Problem, build
 
 # the random draws stay small (one sequence, one kv head; query heads still grouped: GQA), each call near a

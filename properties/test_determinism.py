@@ -1,6 +1,6 @@
 """A call is a function of its inputs (CONTRACT 1): repeated calls return bitwise equal outputs, without
 dropout and, where the implementation takes dropout_seed, with the same seed; and so do repeated backward
-calls, where the implementation has gradients (harness.backward). Beside the small draws, one long case
+calls, where the implementation has gradients (harness.engine.backward). Beside the small draws, one long case
 (n >= 1025 keys, the implementation's default blocks: the length where kernels split the keys over blocks
 or threads and a nondeterministic reduction order shows) runs with the long regimes."""
 
@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.backward import backward_of
-from harness.guarded_call import CallFailed
-from harness.markers import checks
-from harness.regimes import cases, skip_unless_fits
-from harness.trial import Trial, problems_for
+from harness.api.markers import checks
+from harness.api.regime_cases import cases, skip_unless_fits
+from harness.api.trial import Trial, problems_for
+from harness.engine.backward import backward_of
+from harness.engine.guarded_call import CallFailed
 from specs import regimes
 from specs.problems import Problem
 
@@ -49,7 +49,7 @@ def _check_backward(trial: Trial, problem: Problem, extra: dict) -> None:
     seed = problem.recipe.seed
     shape = problem.q.shape[:3] + (problem.v.shape[-1],)
     d_out = np.random.default_rng(seed).standard_normal(shape).astype(trial.dtype)
-    call_line = ("from harness.backward import backward_of\n"
+    call_line = ("from harness.engine.backward import backward_of\n"
                  f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
                  f".astype({str(trial.dtype)!r})\n"
                  f"grads = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, **p.kwargs(), "

@@ -4,10 +4,10 @@ flash_attention(q, k, v, dropout_p=0.1, ...)), on every implementation that take
 The mask is read off the implementation itself: called with one-hot values its output is its weight matrix,
 dropped weights are exactly 0 (the problems keep every weight far above underflow). An implementation with the
 protocol's `dropout_seed` keyword gets the seed; one without has the global generators (NumPy's, torch's,
-CuPy's) seeded just before each call, where the call runs (its worker too: harness.call_state). Statistical
+CuPy's) seeded just before each call, where the call runs (its worker too: harness.engine.call_state). Statistical
 checks use exact binomial tests or Hoeffding's bound at ALPHA per test (specs.statistics: the run's false-
 alarm rate stays below 1e-6); each states its power on the wrong hypothesis, and
-tests/test_flash_family_catches.py shows wrong implementations failing them.
+tests/suite_run/test_flash_family_catches.py shows wrong implementations failing them.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import math
 import numpy as np
 import pytest
 
-from harness.markers import checks
-from harness.observe import observe_weights, one_hot_problem
-from harness.repro import call_line_for
-from harness.trial import Trial
+from harness.api.markers import checks
+from harness.api.observe import observe_weights, one_hot_problem
+from harness.api.repro import call_line_for
+from harness.api.trial import Trial
 from specs.dropout_mask import keep_mask
 from specs.problems import Problem, build
 from specs.statistics import ALPHA, binomial_power, binomial_pvalue
@@ -265,5 +265,5 @@ def test_dropout_output_is_unbiased(variant):
     trial.expect_close(mean, oracle.out, bound, what=f"mean output over {REPEATS} seeds",
                        versus="the output without dropout")
     # power: without the 1/(1 - p) the mean tends to (1 - p) O, beyond the bound by more than the radius again
-    # at some element (tests/test_flash_family_catches.py runs that implementation)
+    # at some element (tests/suite_run/test_flash_family_catches.py runs that implementation)
     assert np.any(DROPOUT_P * np.abs(oracle.out) > 2 * radius + allowance.bound), "no power against no rescale"

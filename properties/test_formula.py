@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.evidence import PropertyViolation
-from harness.guarded_call import CallFailed
-from harness.markers import checks
-from harness.observe import ObservedWeights, observe_weights
-from harness.trial import Trial, check_against_oracle, problems_for
+from harness.api.evidence import PropertyViolation
+from harness.api.markers import checks
+from harness.api.observe import ObservedWeights, observe_weights
+from harness.api.trial import Trial, check_against_oracle, problems_for
+from harness.engine.guarded_call import CallFailed
 from specs import examples
 from specs.catalogue import load_claims
 from specs.problems import Problem, build
@@ -80,7 +80,7 @@ def expect_weight_rows_sum_to_one(trial: Trial) -> None:
 
 def expect_worked_example(variant, problem: Problem) -> None:
     """The example's output, one row per query and d_v columns, equals the oracle; its weight rows sum to 1.
-    (tests/test_weak_checks.py checks that the example has the sizes the seed states.)"""
+    (tests/unit/test_weak_checks.py checks that the example has the sizes the seed states.)"""
     check_against_oracle(variant, problem)
     expect_weight_rows_sum_to_one(Trial(variant, problem))
 
@@ -136,7 +136,7 @@ def expect_distribution(similarities: dict[str, Fraction]) -> None:
 
 @checks("siwuxiang-weights-sum-to-one", subject="seed001-text")
 def test_siwuxiang_weights_form_a_distribution():
-    """The numbers as the seed's sentence states them (tests/test_catalogue.py checks the quote is verbatim)."""
+    """The numbers as the seed's sentence states them (tests/unit/test_catalogue.py checks the quote is verbatim)."""
     expect_distribution(examples.similarities(load_claims()["siwuxiang-weights-sum-to-one"].original))
 
 

@@ -1,14 +1,14 @@
 """Fused attention equals the unfused operator sequence (seed 000 § Fused Attention: MatMul -> Scale ->
 Softmax -> Dropout -> MatMul fused into one kernel), with and without dropout.
 
-The unfused sequence is impls.torch_flash_records:unfused_attention: five torch operators on the whole weight
+The unfused sequence is impls.torch.torch_flash_records:unfused_attention: five torch operators on the whole weight
 matrix, with specs.dropout_mask's mask. Fusion matters where the storage precision is low: a fused float16 or
 bfloat16 kernel keeps S, the softmax and its sums in float32 and rounds P (at most) and the output once, so it
 must equal the sequence run with float32 inside, within specs.tolerance.fused_difference_allowance, far closer
 than two float16 evaluations of the formula. In float64 and float32 the comparison has no content of its own:
 both sides are held to the oracle's allowance, so |fused - unfused| <= twice it follows from sdpa-formula
 (without dropout), dropout-on-weights and dropout-seeded (with it) and differentiable-end-to-end (gradients);
-those variants skip, naming them, and tests/test_main_run.py checks that they ran on every fused record.
+those variants skip, naming them, and tests/suite_run/test_main_run.py checks that they ran on every fused record.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.guarded_call import CallFailed, call_in_process, checked_array
-from harness.markers import checks
-from harness.trial import Trial, problems_for
-from impls.registry import ImplLoadError, Variant, load_impl
+from harness.api.markers import checks
+from harness.api.trial import Trial, problems_for
+from harness.engine.guarded_call import CallFailed, call_in_process, checked_array
+from protocol.registry import ImplLoadError, Variant, load_impl
 from specs.dropout_mask import keep_mask
 from specs.reference import attention
 from specs.tolerance import fused_difference_allowance
 
-UNFUSED = "impls.torch_flash_records:unfused_attention"
+UNFUSED = "impls.torch.torch_flash_records:unfused_attention"
 FUSED_DROPOUT_P = 0.2
 
 

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.backward import backward_of
-from harness.guarded_call import CallFailed
-from harness.markers import checks
-from harness.regimes import LONG_MARKER, cases, skip_unless_fits
-from harness.trial import Trial, problems_for
+from harness.api.markers import checks
+from harness.api.regime_cases import LONG_MARKER, cases, skip_unless_fits
+from harness.api.trial import Trial, problems_for
+from harness.engine.backward import backward_of
+from harness.engine.guarded_call import CallFailed
 from properties import test_regimes as forward_regimes
 from specs import regimes
 from specs.dropout_mask import keep_mask
@@ -47,7 +47,7 @@ def _dropout(problem: Problem, seed: int) -> tuple[dict, dict]:
 def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict, oracle_extra: dict) -> tuple:
     """dQ, dK, dV of the implementation against the oracle's; returns the implementation's (float64)."""
     d_out = _d_out(problem, seed, trial.dtype)
-    call_line = ("from harness.backward import backward_of\n"
+    call_line = ("from harness.engine.backward import backward_of\n"
                  f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
                  f".astype({str(trial.dtype)!r})\n"
                  f"dq, dk, dv = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, "

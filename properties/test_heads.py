@@ -10,10 +10,10 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from harness.assertions import assert_within
-from harness.markers import checks
-from harness.trial import Trial, problems_for
-from impls.seed_code.seed001_multihead import PSEUDO_CODE, SEED_SPLIT_MERGE
+from harness.api.assertions import assert_within
+from harness.api.markers import checks
+from harness.api.trial import Trial, problems_for
+from impls.seeds.seed_code.seed001_multihead import PSEUDO_CODE, SEED_SPLIT_MERGE
 from specs import examples
 from specs.problems import Problem
 from specs.reference import attention, merge_heads, multi_head_attention, split_heads

@@ -7,7 +7,7 @@ broadcasts; `dropout_p` at 0 (bit for bit the call without dropout) and close to
 1/(1 - p)); the LSE of every row, -inf for a row that sees no key, and rows whose scores are all huge or all
 tiny. Where the naive formula of a lower precision overflows (a huge scale in float16) the tolerance model
 has nothing to scale and the input is rejected (specs.tolerance.ToleranceUndefined). Failure messages name
-the keyword and its value (Edge.describe); tests/test_keyword_edges.py shows wrong implementations failing.
+the keyword and its value (Edge.describe); tests/suite_run/test_keyword_edges.py shows wrong implementations failing.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
-from harness.guarded_call import as_numpy
-from harness.markers import checks
-from harness.observe import observe_weights
-from harness.repro import call_line_for
-from harness.trial import Trial, problems_for
+from harness.api.markers import checks
+from harness.api.observe import observe_weights
+from harness.api.repro import call_line_for
+from harness.api.trial import Trial, problems_for
+from harness.engine.guarded_call import as_numpy
 from properties.test_dropout import dropout_call
 from specs.dropout_mask import keep_mask
 from specs.keyword_edges import (

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.blocked import check_any_block_sizes
-from harness.markers import checks
+from harness.api.blocked import check_any_block_sizes
+from harness.api.markers import checks
 
 
 @checks("paged-equals-contiguous")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.markers import checks
-from harness.trial import Trial, problems_for
+from harness.api.markers import checks
+from harness.api.trial import Trial, problems_for
 from specs.problems import Problem
 
 POISONS = (np.nan, np.inf, -np.inf)

@@ -3,7 +3,7 @@
 Seed 001 § 1.1 (归一化之后...都是一个离散的概率分布), seed 003 § 第一个概念 ([0,1]区间),
 seed 000 § 值 / § 具体过程 (加权和), § 键 (相关性), § 具体过程 (全连接的GNN).
 Weights are read off every implementation the same way: one-hot values make
-the output equal to the weights (harness.observe).
+the output equal to the weights (harness.api.observe).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.markers import checks
-from harness.observe import observe_weights
-from harness.trial import Trial, problems_for
+from harness.api.markers import checks
+from harness.api.observe import observe_weights
+from harness.api.trial import Trial, problems_for
 from specs.problems import Problem, build
 from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 

@@ -12,11 +12,11 @@ import inspect
 import numpy as np
 import pytest
 
-from harness.assertions import compare
-from harness.markers import checks
-from harness.regimes import cases, skip_unless_fits
-from harness.repro import cast_line
-from harness.trial import Trial, check_against_oracle
+from harness.api.assertions import compare
+from harness.api.markers import checks
+from harness.api.regime_cases import cases, skip_unless_fits
+from harness.api.repro import cast_line
+from harness.api.trial import Trial, check_against_oracle
 from specs import regimes
 from specs.layouts import LAYOUTS
 from specs.problems import Problem, build

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.exhibits import exhibit
-from harness.markers import ORACLE, checks
-from harness.observe import observe_weights
-from harness.trial import Trial, check_against_oracle, problems_for
+from harness.api.exhibits import exhibit
+from harness.api.markers import ORACLE, checks
+from harness.api.observe import observe_weights
+from harness.api.trial import Trial, check_against_oracle, problems_for
 from specs.examples import coupled_scores, gaussian_queries
 from specs.problems import Problem
 from specs.reference import AttentionResult, attention

@@ -12,14 +12,14 @@ from functools import cache
 import numpy as np
 import pytest
 
-from harness.markers import checks
+from harness.api.markers import checks
 from specs.catalogue import load_claims
 from specs.reference import attention
 from specs.statistics import ALPHA, hoeffding_radius
 
 torch = pytest.importorskip("torch", reason="the seeds' code is written in torch")
 
-from impls.seed_code.seed002_readings import differential_geometric_attention  # noqa: E402  (needs torch)
+from impls.seeds.seed_code.seed002_readings import differential_geometric_attention  # noqa: E402  (needs torch)
 
 
 def raised_as_written(source: str) -> str | None:
@@ -36,7 +36,7 @@ def raised_as_written(source: str) -> str | None:
 
 @checks("three-line-code-as-written", subject="seed000-three-line-code")
 def test_three_lines_run_as_written():
-    """The claim's `original` is the seed's three lines, verbatim (tests/test_catalogue.py checks it)."""
+    """The claim's `original` is the seed's three lines, verbatim (tests/unit/test_catalogue.py checks it)."""
     raised = raised_as_written(load_claims()["three-line-code-as-written"].original)
     assert raised is None, raised
 

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.markers import checks
-from harness.peak_memory import MeasurementUnavailable, Probe, growth, peak_bytes
-from impls.seed_code.seed002_memory_aware import MemoryAwareAttention
+from harness.api.markers import checks
+from harness.api.peak_memory import MeasurementUnavailable, Probe, growth, peak_bytes
+from impls.seeds.seed_code.seed002_memory_aware import MemoryAwareAttention
 
 torch = pytest.importorskip("torch", reason="the seed's hardware code works on torch tensors")
 
-from impls.seed_code.seed002_blockwise import HardwareAwareAttention  # noqa: E402  (needs torch)
+from impls.seeds.seed_code.seed002_blockwise import HardwareAwareAttention  # noqa: E402  (needs torch)
 
 Formula = Callable[[object, object, object], int]
 SEED_FORMULA: Formula = MemoryAwareAttention(d_model=64, seq_len=64).analyze_memory_footprint
@@ -116,11 +116,12 @@ def test_footprint_of_the_four_d_layout(batch, heads, n_q, n_k, d):
 # below 3, or the measurement cannot tell the two apart here.
 MEMORY_SEQ = (2048, 4096)
 QUADRATIC_GROWTH = 3.0
-CONTROL = Probe("impls.numpy_tiled:tiled_attention", MEMORY_SEQ, kwargs={"block_rows": 256, "block_cols": 1 << 20})
+CONTROL = Probe("impls.numpy.numpy_tiled:tiled_attention", MEMORY_SEQ,
+                kwargs={"block_rows": 256, "block_cols": 1 << 20})
 BLOCKWISE = {
-    "MemoryOptimizedAttention.tiled_attention": Probe("impls.seed002_tiled:memory_optimized_tiled_attention",
+    "MemoryOptimizedAttention.tiled_attention": Probe("impls.seeds.seed002_tiled:memory_optimized_tiled_attention",
                                                       MEMORY_SEQ),
-    "HardwareAwareAttention.hardware_optimized_attention": Probe("impls.seed002_tiled:hardware_aware_attention",
+    "HardwareAwareAttention.hardware_optimized_attention": Probe("impls.seeds.seed002_tiled:hardware_aware_attention",
                                                                  MEMORY_SEQ),
 }
 

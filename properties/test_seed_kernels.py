@@ -11,9 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.assertions import assert_within
-from harness.cuda_compiler import COMPILERS, CompilerUnavailable, compile_kernel
-from harness.gpu_limits import (
+from harness.api.assertions import assert_within
+from harness.api.markers import checks
+from harness.engine.guarded_call import CallFailed
+from harness.engine.isolation import call_isolated
+from impls.cuda.cuda_records import cpu_unavailable
+from impls.cuda.cuda_seed002_kernels import NAIVE, seed_launch
+from impls.cuda.gpu_limits import (
     BLOCK_THREADS,
     SHARED_PROBE_BYTES,
     DeviceLimits,
@@ -22,15 +26,11 @@ from harness.gpu_limits import (
     registers_per_thread,
     static_shared_limits,
 )
-from harness.guarded_call import CallFailed
-from harness.isolation import call_isolated
-from harness.markers import checks
-from impls.cuda.execute import execute
-from impls.cuda.on_cpu import KernelDefect, run_checked
-from impls.cuda.records import cpu_unavailable
-from impls.cuda_seed002_kernels import NAIVE, seed_launch
-from impls.registry import Capabilities
-from impls.seed_code.seed002_memory_aware import MemoryAwareAttention
+from impls.cuda.runtime.execute import execute
+from impls.cuda.runtime.on_cpu import KernelDefect, run_checked
+from impls.cuda.seed_kernel_compiler import COMPILERS, CompilerUnavailable, compile_kernel
+from impls.seeds.seed_code.seed002_memory_aware import MemoryAwareAttention
+from protocol.registry import Capabilities
 from specs.problems import Problem
 from specs.reference import attention
 from specs.strategies import problems
@@ -140,11 +140,11 @@ def test_shared_memory_matches_the_device():
         f"without opting in, not the seed's {SEED_LIMITS.shared_memory_size}")
 
 
-# -- the repaired kernels, executed (impls/cuda_seed002_kernels.py) ---------------------------------------
+# -- the repaired kernels, executed (impls/cuda/cuda_seed002_kernels.py) ---------------------------------------
 SEED_KERNEL_PROBLEMS = problems(caps=Capabilities(gqa=False, cross=False, value_dim=False), dtype="float32",
                                 max_n=40, max_d=32)
-NAIVE_ON_CPU = "impls.cuda_seed002_kernels:naive_kernel_on_cpu"
-SHARED_MEMORY_ON_CPU = "impls.cuda_seed002_kernels:shared_memory_kernel_on_cpu"
+NAIVE_ON_CPU = "impls.cuda.cuda_seed002_kernels:naive_kernel_on_cpu"
+SHARED_MEMORY_ON_CPU = "impls.cuda.cuda_seed002_kernels:shared_memory_kernel_on_cpu"
 
 
 def _seed_kernel_inputs(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

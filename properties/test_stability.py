@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.markers import checks
-from harness.trial import Trial, check_against_oracle, problems_for
+from harness.api.markers import checks
+from harness.api.trial import Trial, check_against_oracle, problems_for
 from specs.dtypes import finfo
 from specs.strategies import VALUE_STYLES, problems, unrepresentable
 

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.assertions import assert_within
-from harness.exhibits import exhibit, record_headroom
-from harness.markers import checks
-from harness.repro import cast_line
-from harness.trial import Trial, problems_for
+from harness.api.assertions import assert_within
+from harness.api.exhibits import exhibit, record_headroom
+from harness.api.markers import checks
+from harness.api.repro import cast_line
+from harness.api.trial import Trial, problems_for
 from specs.positional import rotary_embedding, sinusoidal_encoding
 from specs.problems import Problem, build
 from specs.tolerance import (

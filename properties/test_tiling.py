@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
-from harness.blocked import check_any_block_sizes
-from harness.guarded_call import as_numpy
-from harness.markers import checks
-from harness.peak_memory import MeasurementUnavailable, Probe, peak_bytes
-from harness.trial import Trial, problems_for
+from harness.api.blocked import check_any_block_sizes
+from harness.api.markers import checks
+from harness.api.peak_memory import MeasurementUnavailable, Probe, peak_bytes
+from harness.api.trial import Trial, problems_for
+from harness.engine.guarded_call import as_numpy
 from specs.dtypes import numpy_dtype
 from specs.problems import build
 from specs.reference import attention
@@ -70,14 +70,14 @@ def test_tiled_forward_memory_grows_linearly(variant):
 
 
 # Other backends (torch's allocator is invisible to tracemalloc): the peak resident memory one call adds, in a
-# child process (harness.peak_memory), at n = 512 and n = 4096, batch 1, one head, d = 16. One 4096 x 4096
+# child process (harness.api.peak_memory), at n = 512 and n = 4096, batch 1, one head, d = 16. One 4096 x 4096
 # float32 matrix is 64 MiB; everything else a call holds at n = 4096 (inputs, output, tiles of at most a few
 # hundred rows and columns, row statistics) is O(n d + tile^2), under 2 MiB. A growth below a quarter of the
 # matrix says no whole matrix was resident; the unfused operator sequence, measured beside it, holds several
 # and must exceed it (power). 4096 rather than 8192: the same separation (16 MiB against < 2 MiB) at a
 # quarter of the time and memory.
 RESIDENT_N = (512, 4096)
-RESIDENT_CONTROL = "impls.torch_flash_records:unfused_attention"
+RESIDENT_CONTROL = "impls.torch.torch_flash_records:unfused_attention"
 
 
 def _resident_limit(dtype: str) -> int:

@@ -9,7 +9,7 @@ value, and the Python expression that rebuilds it (the repro snippet's step and 
   beyond exp's range: one-hot weights; a lower precision whose naive formula overflows is left to the
   tolerance model, which rejects the input), and its types.
 - mask (check_mask: boolean only, so a uint8 mask is outside the protocol and is not drawn; the oracle's
-  rejection of it is tested in tests/test_keyword_edges.py): every key hidden, none, one key hidden, one key
+  rejection of it is tested in tests/suite_run/test_keyword_edges.py): every key hidden, none, one key hidden, one key
   visible, broadcast from rank 1 (keys), 2 (queries x keys), 3 and 4, size-1 dimensions included.
 - dropout_p (specs.dropout_mask.check_dropout: 0 <= p < 1): 0, and rates close to 1.
 - lse: rows that see no key (-inf), and rows whose scores are all huge, all hugely negative or all tiny.

@@ -36,7 +36,7 @@ VALUE_STYLES = (
     "offset",  # 1e3 + N(0, 1): catches weights that do not sum to one
 )
 MASK_LAYOUTS = ("full", "query_key", "key_padding")
-# The repro snippet's first lines (harness/trial.py); a step sees these names and `p`, nothing else.
+# The repro snippet's first lines (harness/api/trial.py); a step sees these names and `p`, nothing else.
 STEP_IMPORTS = (
     "import numpy as np",
     "from specs import examples",

@@ -46,7 +46,7 @@ MASK_DENSITIES = (0.5, 0.1, 0.9)
 # dot product q.k at head dim 64 (the entries' product times sqrt(64)) for a score style; the styles not listed
 # stay below 100. A dtype whose largest finite value (finfo) is below one cannot hold that style: float16
 # (65504) neither |v| ~ 1e6 nor q.k ~ 2.4e5; bfloat16 and float32 (3.4e38) hold every style. A draw that
-# still overflows is rejected where it is cast (harness.trial).
+# still overflows is rejected where it is cast (harness.api.trial).
 STYLE_MAGNITUDES = {"score_style": {"large": 8e3, "huge": 2.4e5}, "value_style": {"large": 1e6, "offset": 1e3}}
 
 

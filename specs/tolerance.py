@@ -62,7 +62,7 @@ float32 / float16 (bfloat16 below): FlashAttention's rule, per element. The erro
   PyTorch's math backend on a GPU) are what the K_FORWARD x naive term covers.
   Values 1e3 + N(0, 1) in float16 are below its resolution (the output's ulp near 1e3
   is 0.5), and in float32 the serial accumulation of such values errs by more than a
-  1e-3 bias on one score moves the output: tests/test_power.py states which slightly
+  1e-3 bias on one score moves the output: tests/unit/test_power.py states which slightly
   wrong implementations the rule catches and which are below resolution, and why.
 
 bfloat16: the same rule, from its own unit roundoff u = 2^-8 (8 significand bits, the implicit one

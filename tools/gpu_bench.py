@@ -2,7 +2,7 @@
 and cuDNN backends), non-causal, fp16 and bf16, n in SIZES, d in DIMS.
 
 Inputs are made on the device by torch (three sets, rotated call by call); a kernel gets the same memory
-through DLPack and is launched by impls.cuda.on_device.launch_on_device from the launch its record plans
+through DLPack and is launched by impls.cuda.runtime.on_device.launch_on_device from the launch its record plans
 (tools/gpu_plan.py), so no call copies anything to or from the host. Each measurement: a first call (compiles
 and allocates), one timed on the host to project the rest (skipped when that passes the time left), warm-up,
 then REPEATS calls timed with CUDA events; the median counts. TFLOP/s = 4 b h n^2 d / time.
@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from impls.registry import Impl
+from protocol.registry import Impl
 from tools.gpu_plan import Planned, Shape, Unsupported, plan
 from tools.sanitize_driver import to_device
 
@@ -112,7 +112,7 @@ def _kernel_call(launches: list[Planned], sets: list) -> tuple[Callable[[int], N
     import cupy
     import torch
 
-    from impls.cuda.on_device import launch_on_device
+    from impls.cuda.runtime.on_device import launch_on_device
 
     fixed = [[to_device(a) if j not in p.inputs else None for j, a in enumerate(p.launch.args)] for p in launches]
     views = [[cupy.from_dlpack(x.view(torch.float16)) for x in qkv] for qkv in sets]

@@ -26,7 +26,7 @@ def _probe(read: Callable[[], object]) -> object:
 
 def device() -> dict:
     """Device 0 as CuPy sees it, or {"unavailable": why}."""
-    from impls.cuda.records import device_unavailable
+    from impls.cuda.cuda_records import device_unavailable
 
     reason = device_unavailable()
     if reason:
@@ -74,7 +74,7 @@ def _sanitizer_version() -> str:
 
 def versions() -> dict:
     def nvrtc() -> str:
-        from impls.cuda.nvrtc import version
+        from impls.cuda.runtime.nvrtc import version
 
         return version()
 

@@ -1,6 +1,6 @@
 """Which kernel launches gpu-check makes, found through the records: each built-in device record (made by
-impls/cuda/records.py `cuda_records`) is called inside impls.cuda.on_device.planning() on inputs of a shape and
-dtype, which yields the launches it would make (kernel, entry, grid, block, shared memory, arguments) and runs
+impls/cuda/cuda_records.py `cuda_records`) is called inside impls.cuda.runtime.on_device.planning() on inputs of a shape
+and dtype, which yields the launches it would make (kernel, entry, grid, block, shared memory, arguments) and runs
 nothing, so the plan needs no GPU.
 
 NumPy has no bfloat16 without ml_dtypes (not on the lent machine): a record declaring bfloat16 is then planned
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from impls.cuda.launch import KernelSource, Launch
-from impls.cuda.on_device import planning
-from impls.cuda.records import device_unavailable
+from impls.cuda.cuda_records import device_unavailable
+from impls.cuda.runtime.launch import KernelSource, Launch
+from impls.cuda.runtime.on_device import planning
 from impls.records import BUILTIN_TARGETS
-from impls.registry import Impl, ImplLoadError, load_impl
+from protocol.registry import Impl, ImplLoadError, load_impl
 
 HALF, BF16 = "__half", "__nv_bfloat16"
 

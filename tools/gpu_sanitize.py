@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from impls.registry import Impl
+from protocol.registry import Impl
 from tools.bounded import run_bounded
 from tools.gpu_env import ROOT, find_sanitizer
 from tools.gpu_plan import Planned, Shape, Unsupported, plan
@@ -52,7 +52,7 @@ def small_plan(records: list[Impl]) -> tuple[list[Planned], list[dict]]:
 
 def not_launched(planned: list[Planned]) -> list[str]:
     """Catalogued kernel entries that no device record launches (so no sanitizer sees them)."""
-    from impls.cuda.catalogue import KERNELS
+    from impls.cuda.kernel_catalogue import KERNELS
 
     launched = {(p.kernel.path.resolve(), p.launch.entry) for p in planned}
     return [f"{kernel.path.name}:{entry}" for kernel in KERNELS for entry in kernel.entries

@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import cupy
 
-    from impls.cuda.on_device import launch_on_device
-    from impls.registry import load_impl
+    from impls.cuda.runtime.on_device import launch_on_device
+    from protocol.registry import load_impl
     from tools.gpu_sanitize import small_plan
 
     cupy.cuda.set_allocator(None)  # each array its own cudaMalloc: no pool slab around it to hide an overrun

@@ -1,6 +1,6 @@
 """The correct zoo: attention written in unusual but legitimate ways, as an outside user would (CONTRACT 1,
 no import of the suite). Every applicable property must pass on each, under `ci` and `thorough`:
-a false alarm here is a bug in the suite (tests/test_zoo.py).
+a false alarm here is a bug in the suite (tests/suite_run/test_zoo.py).
 
 Shared conventions: query head h reads kv head h // group; top-left causal; a key that no query of a
 block may see is never multiplied (its value may be NaN padding); a row with no visible key gives 0.

@@ -2,7 +2,7 @@
 plain functions with `attention_capabilities` and `known_defects` attributes, no import of the suite).
 
 Each declares, as data, the claims its bug breaks and the properties that see it (a scoped declaration,
-impls/defects.py); tests/test_defects_caught.py runs the properties against all of them and requires
+protocol/known_defects.py); tests/suite_run/test_defects_caught.py runs the properties against all of them and requires
 every declared claim to fail, only in the declared properties, and every other claim to hold.
 zoo/defects.py lists them with the rest of the defect zoo.
 """

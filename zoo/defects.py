@@ -1,6 +1,6 @@
 """The defect zoo: deliberately wrong implementations, each with the mistake it models, where people met
 it, and the claims it must break. `tox -e zoo` (python -m zoo.run) runs each against the properties of
-those claims under the `ci` profile and prints what the suite caught; tests/test_zoo.py requires all.
+those claims under the `ci` profile and prints what the suite caught; tests/suite_run/test_zoo.py requires all.
 
 The functions live in zoo/wrong.py (one mistake each on a correct formula) and zoo/declared.py (the six
 wrong implementations of the trustworthy-verdicts issue, which also declare their defects).

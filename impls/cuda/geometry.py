@@ -2,7 +2,7 @@
 
 A kernel walks the keys in tiles (a K/V tile in shared memory, or a warp's chunk), holds a number of query rows
 per block, and may specialise on the head dims (a template argument, the columns a lane owns). Its record
-declares that geometry (impls/cuda/records.py, `geometry=`) from the launcher's own constants, and every CPU
+declares that geometry (impls/cuda/cuda_records.py, `geometry=`) from the launcher's own constants, and every CPU
 record runs, against the oracle and under each checker (properties/test_cuda_kernels.py), the problems
 `tile_edge_cases` derives from it: for each head-dim class, two key tiles + 1 keys and two query blocks + 1
 rows, batch 2 with 2 kv heads (grouped where the kernel takes GQA), causal in the record's alignment, and
@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from impls.registry import Capabilities
+from protocol.registry import Capabilities
 
 SHARP = 8.0  # the causal cases' scale times sqrt(d)
 

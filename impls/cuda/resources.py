@@ -1,5 +1,6 @@
-"""ptxas's resources of every catalogued CUDA kernel (impls/cuda/catalogue.py) on every architecture of
-impls/cuda/nvrtc.py: the report's `kernels` section (its form: harness.kernel_resources, which renders it).
+"""ptxas's resources of every catalogued CUDA kernel (impls/cuda/kernel_catalogue.py) on every architecture of
+impls/cuda/runtime/nvrtc.py: the report's `kernels` section (its form: harness.reporting.kernel_resources, which
+renders it).
 
 Without NVRTC, `unavailable` says why and the lists are empty; a kernel that does not compile is an entry of
 `errors` (the first error lines of NVRTC's log), never an exception. A pytest plugin (registered by conftest.py
@@ -12,8 +13,8 @@ import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
-from impls.cuda.launch import KernelSource
-from impls.cuda.nvrtc import ARCHITECTURES, CompileError, NvrtcUnavailable, resources, version
+from impls.cuda.runtime.launch import KernelSource
+from impls.cuda.runtime.nvrtc import ARCHITECTURES, CompileError, NvrtcUnavailable, resources, version
 
 ROOT = Path(__file__).resolve().parents[2]  # the clone (or site-packages): sources are named from here
 
@@ -34,7 +35,7 @@ def kernel_section(kernels: Iterable[KernelSource] | None = None,
                    architectures: Iterable[str] = ARCHITECTURES) -> dict:
     """ptxas's numbers for every entry of `kernels` (default: the catalogue) on every architecture."""
     if kernels is None:
-        from impls.cuda.catalogue import KERNELS
+        from impls.cuda.kernel_catalogue import KERNELS
 
         kernels = KERNELS
     architectures = list(architectures)

@@ -1,0 +1,265 @@
+"""One implementation on one problem: its inputs, its calls, the oracle, and checks that explain themselves.
+
+A call that breaks CONTRACT 1 (harness.engine.guarded_call; a crash of an isolated worker, harness.engine.isolation)
+and a comparison beyond the tolerance (harness.api.assertions) both fail the property with a violation that
+carries the input and a reproduction snippet (harness.api.repro); the run goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NoReturn
+
+import numpy as np
+from hypothesis import currently_in_test_context, note, reject, target
+from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+
+from harness.api.assertions import compare
+from harness.api.evidence import DeclaredViolation, PropertyViolation
+from harness.api.repro import call_line_for, cast_line, index_code, repro_snippet
+from harness.engine import run_context
+from harness.engine.declarations import RUNNING, all_expected
+from harness.engine.guarded_call import CallFailed, call_in_process, checked_array, non_finite_summary
+from harness.engine.isolation import call_isolated
+from protocol.registry import Variant
+from specs.dtypes import numpy_dtype
+from specs.layouts import to_layout
+from specs.problems import Problem
+from specs.reference import AttentionResult, repeat_kv
+from specs.strategies import problems
+from specs.tolerance import (
+    Allowance,
+    ToleranceUndefined,
+    affine_image_allowance,
+    difference_allowance,
+    forward_allowance,
+    metamorphic_allowance,
+    own_rounding_bound,
+)
+
+
+class Trial:
+    """Runs `variant` on problems derived from `problem` and checks what comes back."""
+
+    def __init__(self, variant: Variant, problem: Problem, *, layout: str = "contiguous",
+                 past_range: bool = False) -> None:
+        self.variant = variant
+        self.problem = problem
+        self.layout = layout  # specs.layouts: how q, k, v are laid out in memory when passed
+        # scores past the dtype's range are judged against float32 inside (specs.tolerance.forward_allowance)
+        # instead of rejected
+        self.past_range = past_range
+        self.dtype = numpy_dtype(variant.dtype)
+        self._targets: list[str] = []
+        self.in_hypothesis = currently_in_test_context()
+        running = RUNNING.get()
+        if self.in_hypothesis:
+            note(f"implementation {variant.name}; problem {problem!r}")
+            if running is not None:
+                running.count.saw(current_build_context())
+
+    # -- inputs -------------------------------------------------------------
+    def inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """q, k, v in the implementation's dtype and the trial's layout; examples whose finite values do
+        not fit the dtype are rejected (non-finite values a property placed on purpose are kept)."""
+        problem = problem or self.problem
+        originals = (problem.q, problem.k, problem.v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = tuple(x.astype(self.dtype) for x in originals)
+        if not all(np.all(np.isfinite(c) | ~np.isfinite(x)) for c, x in zip(cast, originals, strict=True)):
+            reject()  # the recipe's magnitudes do not fit this dtype
+        return tuple(to_layout(x, self.layout) for x in cast)
+
+    def exact_inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The values the implementation received, held in float64 for the oracle."""
+        return tuple(x.astype(np.float64) for x in self.inputs(problem))
+
+    def values_per_query_head(self, problem: Problem | None = None) -> np.ndarray:
+        """The values the implementation received (float64), repeated so head h holds kv head h // group."""
+        problem = problem or self.problem
+        v = self.exact_inputs(problem)[2]
+        return repeat_kv(v, problem.q.shape[1] // v.shape[1])
+
+    def oracle_kwargs(self, problem: Problem | None = None) -> dict:
+        problem = problem or self.problem
+        return dict(problem.kwargs(), causal_alignment=self.variant.capabilities.causal_alignment)
+
+    # -- calls --------------------------------------------------------------
+    def call_raw(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> object:
+        """Call the implementation; turn any exception or overrun into a violation."""
+        problem = problem or self.problem
+        return self.call_on(self.inputs(problem), problem, global_seed=global_seed, **extra)
+
+    def call_on(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], problem: Problem, *,
+                global_seed: int | None = None, **extra) -> object:
+        """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them);
+        `global_seed` seeds the global generators where the call runs, just before it (harness.engine.call_state)."""
+        impl = self.variant.impl
+        kwargs = {**problem.kwargs(), **extra}
+        started = time.perf_counter()
+        try:
+            if impl.target in run_context.current().isolated_targets:
+                return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
+            return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
+        except CallFailed as failure:
+            self.fail(failure.summary, problem, call_line=call_line_for(extra, global_seed=global_seed))
+        finally:
+            running = RUNNING.get()
+            if running is not None:
+                running.call_seconds += time.perf_counter() - started
+
+    def call(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> np.ndarray:
+        """The implementation's output as float64, after checking its type, shape and dtype."""
+        problem = problem or self.problem
+        raw = self.call_raw(problem, global_seed=global_seed, **extra)
+        return self.check_output(raw, problem, call_line=call_line_for(extra, global_seed=global_seed))
+
+    def check_output(self, raw: object, problem: Problem, *, call_line: str | None = None,
+                     expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:
+        """The output as float64 after checking its type, shape and dtype, and (finite=True) that it is finite
+        wherever the oracle is; finite=False leaves non-finite values for the caller to judge."""
+        b, h, n_q, _ = problem.q.shape
+        try:
+            out = checked_array(raw, shape=expect_shape or (b, h, n_q, problem.v.shape[-1]), dtype=self.dtype)
+        except CallFailed as failure:
+            self.fail(failure.summary, problem, call_line=call_line)
+        summary = non_finite_summary(out) if finite else None
+        if summary:
+            self.oracle(problem)  # rejects inputs on which the baseline formula overflows in this dtype too
+            self.fail(summary, problem, call_line=call_line)
+        return out.astype(np.float64)
+
+    # -- the oracle ---------------------------------------------------------
+    def oracle(self, problem: Problem | None = None) -> tuple[AttentionResult, Allowance]:
+        """The float64 oracle on the values the implementation received, and the allowed error."""
+        problem = problem or self.problem
+        q, k, v = self.exact_inputs(problem)
+        try:
+            return forward_allowance(q, k, v, dtype=self.dtype, past_range=self.past_range,
+                                     **self.oracle_kwargs(problem))
+        except ToleranceUndefined:
+            if not self.in_hypothesis:
+                raise
+            reject()
+
+    # -- verdicts -----------------------------------------------------------
+    def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
+             call_line: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
+        """Raise the violation; `claim` names the claim whose assertion failed when a property checks several."""
+        problem = problem or self.problem
+        repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
+                              layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,
+                              call_line=call_line, script=script)
+        fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim)
+        violation = PropertyViolation(summary, **fields)
+        running = RUNNING.get()
+        if running is not None:
+            running.count.failed()
+        if running is not None and all_expected((claim,) if claim else running.claims, self.variant,
+                                                running.prop, violation.message()):
+            raise DeclaredViolation(summary, **fields)
+        raise violation
+
+    def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
+                     what: str = "out", versus: str = "the float64 oracle",
+                     problem: Problem | None = None, call_line: str | None = None,
+                     script: str | None = None, claim: str | None = None) -> float:
+        """Fail, naming the worst element, unless |got - expected| <= allowance everywhere; else return the
+        largest |error| / allowed (the headroom, for evidence)."""
+        comparison = compare(got, expected, allowance, what=what)
+        if comparison.within:
+            self._target(comparison.ratio, what)
+            return comparison.ratio
+        self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=comparison.details,
+                  call_line=call_line, script=script, claim=claim)
+
+    def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
+                         expected_index: tuple = (...,)) -> float:
+        """A metamorphic property: the output on `transformed` (at got_index) equals the output on
+        this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance; returns the
+        largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive:
+        the repro replays its steps."""
+        extra = transformed.steps[len(self.problem.steps):]
+        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+            raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()  # its steps go into the repro script
+        sides = [self.output_with_own_bound(problem) for problem in (transformed, self.problem)]
+        (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
+            (out[index], allowance.take(index), own.take(index))
+            for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
+        bound = metamorphic_allowance(got_allowance, expected_allowance, got_own, expected_own)
+        script = "\n".join([
+            "out = fn(q, k, v, **p.kwargs())",
+            *extra,
+            cast_line(self.variant.dtype),
+            "out_t = fn(q, k, v, **p.kwargs())",
+            f"print(np.abs(as_float64(out_t)[{index_code(got_index)}] - "
+            f"as_float64(out)[{index_code(expected_index)}]).max())",
+        ])
+        return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
+                                 script=script)
+
+    def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> float:
+        """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
+        a a scalar and b broadcasting to the output, within the two outputs' allowances and own rounding
+        (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance);
+        returns the largest |error| / allowed. `transformed` must come from this trial's problem through
+        Problem.derive: the repro replays its steps."""
+        extra = transformed.steps[len(self.problem.steps):]
+        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+            raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()
+        got, got_allowance, got_own = self.output_with_own_bound(transformed)
+        out, allowance, own = self.output_with_own_bound(self.problem)
+        bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
+        script = "\n".join([
+            "out = fn(q, k, v, **p.kwargs())",
+            *extra,
+            cast_line(self.variant.dtype),
+            "out_t = fn(q, k, v, **p.kwargs())",
+            f"b = np.array({np.asarray(b).tolist()!r})",
+            f"print(np.abs(as_float64(out_t) - ({a!r} * as_float64(out) + b)).max())",
+        ])
+        return self.expect_close(got, a * out + b, bound, what=what, versus=versus, problem=self.problem,
+                                 script=script)
+
+    def own_output(self, problem: Problem | None = None) -> tuple[np.ndarray, Allowance]:
+        """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of
+        its outputs that must equal it: a metamorphic comparison, so a wrong formula that is wrong the same
+        way both times is not blamed on the property that compares them."""
+        contiguous = Trial(self.variant, problem or self.problem)
+        out, allowance, own = contiguous.output_with_own_bound(contiguous.problem)
+        return out, metamorphic_allowance(allowance, allowance, own, own)
+
+    def output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, Allowance]:
+        """The output on `problem`, its oracle allowance, and the bound on the rounding of whatever weights the
+        implementation applies (specs.tolerance.own_rounding_bound, read from its output on |V|)."""
+        out = self.call(problem)
+        oracle, allowance = self.oracle(problem)
+        on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))"))
+        own = own_rounding_bound(oracle, *self.exact_inputs(problem), on_abs, dtype=self.dtype)
+        return out, allowance, own
+
+    def _target(self, ratio: float, what: str) -> None:
+        """Record the headroom, and steer the `thorough` profile towards inputs where the error nears
+        its allowance."""
+        running = RUNNING.get()
+        if running is not None and np.isfinite(ratio):
+            running.passed_within(ratio)
+        label = f"{what} error / allowed #{len(self._targets)}"
+        self._targets.append(label)
+        if self.in_hypothesis and np.isfinite(ratio):
+            target(ratio, label=label)
+
+
+def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:
+    """Problems this variant can be asked to solve (its capabilities and dtype)."""
+    return problems(caps=variant.capabilities, dtype=variant.dtype, **options)
+
+
+def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool = False, **extra) -> None:
+    """The central check: the implementation's output is within the tolerance model of the oracle."""
+    trial = Trial(variant, problem, past_range=past_range)
+    oracle, allowance = trial.oracle()
+    trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))

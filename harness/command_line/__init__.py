@@ -1,0 +1,1 @@
+"""`attention-spec`: check implementations with the installed suite, compare two reports."""

@@ -1,0 +1,99 @@
+"""`attention-spec`: check implementations with the installed suite, and compare two runs' reports.
+
+  attention-spec check TARGET... [--impl TARGET] [--report DIR] [-- PYTEST_ARGS...]
+      every property (the `properties` and `interpretations` packages, wherever they are installed)
+      against the named implementations, `module.path:function` (imported from the current
+      directory) or `path/to/file.py:function`; exits with pytest's exit status.
+  attention-spec compare OLD NEW
+      the verdicts that changed between two report.json files (or --report directories); exits 1
+      when one got worse, 2 when a report cannot be read, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+PACKAGES = ("properties", "interpretations")  # located, not imported: pytest imports them, rewriting asserts
+# harness itself (this module's package) is imported before pytest could rewrite it; its __init__ has no assert
+HARNESS_NOT_REWRITTEN = ("ignore:Module already imported so cannot be rewritten; harness"
+                         ":pytest.PytestAssertRewriteWarning")
+
+
+def pytest_args(targets: Sequence[str], report: str | None, extra: Sequence[str]) -> list[str]:
+    """The pytest command line that runs every property against `targets`, whatever the current directory."""
+    packages = [Path(importlib.util.find_spec(name).origin).parent for name in PACKAGES]
+    args = [*map(str, packages),
+            "-p", "harness.pytest_plugin.options",  # also when PYTEST_DISABLE_PLUGIN_AUTOLOAD is set
+            # the suite's settings, not those of a project or conftest.py around the current directory
+            "-c", os.devnull, "--rootdir", str(packages[0].parent), "--noconftest",
+            "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",  # as pyproject.toml's [tool.pytest]
+            "-W", HARNESS_NOT_REWRITTEN]
+    for target in targets:
+        args += ["--impl", target]
+    if report:
+        args += ["--report", report]
+    return args + list(extra)
+
+
+def check(targets: Sequence[str], report: str | None, extra: Sequence[str]) -> int:
+    if os.getcwd() not in sys.path:  # `module.path:function` targets are the user's modules
+        sys.path.insert(0, os.getcwd())
+    return int(pytest.main(pytest_args(targets, report, extra)))
+
+
+def compare(old: Path, new: Path) -> int:
+    # imported here: it imports Hypothesis, which `check` leaves to pytest to import (and rewrite)
+    from harness.reporting.compare import ReportError, changes, load_verdicts, summary_lines
+
+    try:
+        before, after = load_verdicts(old), load_verdicts(new)
+    except ReportError as exc:
+        print(f"attention-spec compare: {exc}", file=sys.stderr)
+        return 2
+    found = changes(before, after)
+    for line in summary_lines(found, len(before.keys() | after.keys())):
+        print(line)
+    return int(any(change.kind == "worse" for change in found))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attention-spec", description="Check attention implementations against "
+                                     "the specification's properties, and compare two runs' reports.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("check", help="run every property against implementations",
+                              epilog="arguments after -- go to pytest, e.g. -- --claims sdpa-formula -x")
+    run.add_argument("targets", nargs="*", metavar="TARGET",
+                     help="module.path:function or path/to/file.py:function")
+    run.add_argument("--impl", action="append", default=[], metavar="TARGET", help="one more target")
+    run.add_argument("--report", metavar="DIR", help="write report.json, report.md and report.html to DIR")
+    diff = commands.add_parser("compare", help="the verdicts that changed between two reports; 1 if one got worse")
+    diff.add_argument("old", type=Path, help="the earlier report.json, or its directory")
+    diff.add_argument("new", type=Path, help="the later report.json, or its directory")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = _parser()
+    options = parser.parse_args(argv)
+    if options.command == "compare":
+        if extra:
+            parser.error("compare takes no pytest arguments")
+        return compare(options.old, options.new)
+    targets = options.targets + options.impl
+    if not targets:
+        parser.error("check needs an implementation: module.path:function or path/to/file.py:function")
+    return check(targets, options.report, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""pytest plugin: which implementations run (CONTRACT 1) and what the run concludes (CONTRACT 2).
+
+- Selection: `--impl module:function` / `--impl file.py:function` (repeatable) or
+  ATTN_IMPLS; otherwise every built-in available here, optionally narrowed by
+  `--backend` / ATTN_BACKENDS. Properties taking a `variant` argument are
+  parametrized over (implementation, dtype) variants.
+- Verdicts: each test's outcome is attributed to its claims (the `claims`
+  marker) and subject (the variant, or the marker's subject); a failure that
+  names the claim whose assertion failed is attributed to that claim alone. A
+  failure is expected only when a scoped declaration covers it (claim, dtype,
+  property, message: protocol.known_defects) or it matches the `refutation` of a claim
+  the catalogue marks `holds = false` (harness.engine.declarations); it is reported as
+  a bug report and shown as XFAIL. Any other failure exits 1.
+- A declaration that the run exercised (all the properties it names ran on its
+  dtype) without catching anything is reported: an error (exit 1) for built-in
+  records under a derandomized profile (`ci`), a warning otherwise.
+- Kernel resources: a run that collected CUDA records or CUDA properties compiles the catalogued kernels once,
+  in the controller, for the report's `kernels` section (the pytest_attention_kernel_resources hook).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from hypothesis import settings
+
+from harness.api.evidence import PropertyViolation
+from harness.api.markers import ORACLE, PROPERTIES
+from harness.api.regime_cases import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
+from harness.engine import run_context
+from harness.engine.declarations import RUNNING, RunningCheck
+from harness.engine.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
+from harness.reporting.kernel_resources import summary_line, wanted
+from harness.reporting.report import build_report, matrix_lines, write_report
+from impls.records import builtin_impls
+from protocol.registry import (
+    BACKENDS,
+    FEATURES,
+    ImplLoadError,
+    Unavailable,
+    Variant,
+    load_impl,
+    variants,
+)
+from specs.catalogue import load_claims
+from specs.dtypes import missing as dtype_missing
+
+STATE = pytest.StashKey[RunState]()
+RUNNING_CHECK = pytest.StashKey[RunningCheck | None]()
+PROPERTIES_COLLECTED = pytest.StashKey[bool]()  # a property parametrized by implementation was collected
+
+
+def _split(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def _named_targets(config: pytest.Config) -> list[str]:
+    """Implementations named with --impl or ATTN_IMPLS (none: every built-in available here)."""
+    return config.getoption("impl") or _split(os.environ.get("ATTN_IMPLS"))
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    """A pytest-xdist worker: its reports go to the controller, which judges the run."""
+    return hasattr(config, "workerinput")
+
+
+def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
+    targets = _named_targets(config)
+    if targets:
+        impls, unavailable = [], []
+        for target in targets:
+            try:
+                impl = load_impl(target)
+            except (ImplLoadError, ImportError) as exc:
+                raise pytest.UsageError(f"cannot use implementation {target!r}: {exc}") from None
+            if impl.unavailable:
+                unavailable.append(Unavailable(target, impl.unavailable))
+            else:
+                impls.append(impl)
+        return impls, unavailable
+    backends = tuple(config.getoption("backend") or _split(os.environ.get("ATTN_BACKENDS")))
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        raise pytest.UsageError(f"unknown backend {', '.join(map(repr, unknown))}; valid: {', '.join(BACKENDS)}")
+    return builtin_impls(backends)
+
+
+def isolated_targets(option: str, impls: list, named: bool) -> frozenset[str]:
+    """Whose calls run in a worker process: all (yes), none (no), or (auto) implementations named with --impl,
+    which declare nothing and are the ones that crash, and records that declare native code."""
+    if option == "auto":
+        return frozenset(impl.target for impl in impls if named or impl.capabilities.native)
+    return frozenset(impl.target for impl in impls) if option == "yes" else frozenset()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "claims(*slugs, subject='oracle'): the catalogue claims a test checks")
+    config.addinivalue_line("markers", "requires(*features): capabilities the implementation needs")
+    config.addinivalue_line("markers", f"{LONG_MARKER}: a long regime (n >= 1025 or d = 256)")
+    impls, unavailable = _select(config)
+    claims = load_claims()
+    for impl in impls:
+        unknown = impl.declared_claims() - set(claims)
+        if unknown:
+            raise pytest.UsageError(f"{impl.name} declares known defects for unknown claims {sorted(unknown)}")
+    unknown = {slug for option in config.getoption("claims") for slug in _split(option)} - set(claims)
+    if unknown:
+        raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
+    run_context.install(run_context.RunContext(
+        timeout_s=config.getoption("impl_timeout"),
+        isolated_targets=isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config)))))
+    state = RunState(variants(impls), unavailable, claims)
+    config.stash[STATE] = state
+    config.pluginmanager.register(_Collector(state), "attention-verdicts")
+
+
+def not_run_lines(unavailable: list) -> list[str]:
+    """One line per selected implementation that cannot run on this machine, with why."""
+    return [f"not run here: {item.target} ({item.reason})" for item in unavailable]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "variant" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        chosen = state.variants
+        if not chosen and state.unavailable:  # the selected implementations all lack something here: say what
+            reason = "no selected implementation can run here; " + "; ".join(not_run_lines(state.unavailable))
+            metafunc.parametrize("variant", [pytest.param(None, marks=pytest.mark.skip(reason=reason))],
+                                 ids=["not-run-here"])
+            return
+        metafunc.parametrize("variant", chosen, ids=[v.name for v in chosen])
+
+
+def _takes_variant(item: pytest.Item) -> bool:
+    params = getattr(item, "callspec", None)
+    return params is not None and "variant" in params.params
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if _takes_variant(item):
+        item.config.stash[PROPERTIES_COLLECTED] = True
+
+
+def _claims_and_subject(item: pytest.Item) -> tuple[tuple[str, ...], Variant | str] | None:
+    marker = item.get_closest_marker("claims")
+    if marker is None:
+        return None
+    if not _takes_variant(item):
+        return marker.args, marker.kwargs.get("subject", ORACLE)
+    variant = item.callspec.params["variant"]
+    # with no implementation selected pytest parametrizes with a placeholder and skips the test
+    return (marker.args, variant) if isinstance(variant, Variant) else None
+
+
+def _marked_claims(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("claims")
+    return marker.args if marker else ()
+
+
+def _name(subject: Variant | str) -> str:
+    return subject.name if isinstance(subject, Variant) else subject
+
+
+def check_required_features(items: list) -> None:
+    """`requires(...)` markers must name capabilities: a misspelt one would skip its property everywhere."""
+    for item in items:
+        marker = item.get_closest_marker("requires")
+        unknown = sorted(set(marker.args) - set(FEATURES)) if marker else []
+        if unknown:
+            raise pytest.UsageError(f"{item.nodeid}: requires() names unknown features {unknown}; "
+                                    f"valid: {', '.join(sorted(FEATURES))}")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    check_required_features(items)
+    wanted = {slug for option in config.getoption("claims") for slug in _split(option)}
+    # with --impl only the named implementations are checked: the oracle and seed subjects belong to the main job
+    named = bool(_named_targets(config))
+    dropped = [item for item in items
+               if (named and not _takes_variant(item))
+               or (wanted and not wanted & set(_marked_claims(item)))]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+    if not long_regimes_wanted(config.getoption("long_regimes"), bool(_named_targets(config))):
+        for item in items:
+            if item.get_closest_marker(LONG_MARKER):
+                item.add_marker(pytest.mark.skip(reason=LONG_SKIP_REASON))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("requires")
+    found = _claims_and_subject(item)
+    if found and isinstance(found[1], Variant):
+        reason = dtype_missing(found[1].dtype) or (marker and found[1].capabilities.lacking(*marker.args))
+        if reason:
+            pytest.skip(reason)
+
+
+def _failures(excinfo) -> list[BaseException]:
+    """The exceptions of a failed test, groups (Hypothesis' multiple bugs) flattened."""
+    pending, found = [excinfo.value] if excinfo else [], []
+    while pending:
+        exc = pending.pop(0)
+        nested = getattr(exc, "exceptions", None)
+        if nested and not isinstance(exc, PropertyViolation):
+            pending += list(nested)
+        else:
+            found.append(exc)
+    return found
+
+
+def _message(exc: BaseException) -> str:
+    return exc.message() if isinstance(exc, PropertyViolation) else f"{type(exc).__name__}: {exc}"
+
+
+def _falsifying_example(text: str) -> dict:
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Falsifying example" in line), None)
+    if start is None:
+        return {"details": lines[-12:]}
+    return {"details": lines[start:start + 12]}
+
+
+def _claim_section(state: RunState, slugs: tuple[str, ...]) -> str:
+    parts = []
+    for slug in slugs:
+        claim = state.claims.get(slug)
+        if claim:
+            parts.append(f"[{slug}] {claim.statement}\n  seed: {claim.source}\n  sentence: {claim.original}")
+        else:
+            parts.append(f"[{slug}] (not in the catalogue)")
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Tell harness.api.trial which property and claims are running (it picks the violation's type and
+    records the time in calls and the headroom there)."""
+    found = _claims_and_subject(item)
+    running = RunningCheck(item.originalname, found[0]) if found else None
+    item.stash[RUNNING_CHECK] = running
+    token = RUNNING.set(running)
+    try:
+        yield
+    finally:
+        RUNNING.reset(token)
+
+
+def _failure_outcomes(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport, slugs, subject,
+                      contribution: Contribution) -> None:
+    """The failed test's outcomes, one per claim it is blamed on, declared or not."""
+    state = item.config.stash[STATE]
+    failures = _failures(call.excinfo)
+    violation = next((f for f in failures if isinstance(f, PropertyViolation)), None)
+    if violation is not None:
+        detail = "\n\n".join(_message(f) for f in failures)
+        counterexample = violation.counterexample()
+    else:
+        detail = call.excinfo.exconly()[:2000] if call.excinfo else report.longreprtext[-2000:]
+        counterexample = _falsifying_example(report.longreprtext)
+    messages = [(getattr(f, "claim", None), _message(f)) for f in failures] or [(None, detail)]
+    outcomes, contribution.triggered = blame(slugs, subject, item.originalname, messages)
+    report.sections.append(("claim", _claim_section(state, tuple(outcomes))))
+    running = item.stash.get(RUNNING_CHECK, None)
+    for slug, outcome in outcomes.items():
+        outcome.nodeid, outcome.detail, outcome.counterexample = item.nodeid, detail, counterexample
+        outcome.examples_to_failure = running.count.first_failure if running else None
+        contribution.add(slug, outcome)
+    if all(o.expected for o in outcomes.values()):
+        report.outcome = "skipped"
+        report.wasxfail = f"declared: {next(iter(outcomes.values())).why}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Attach the test's contribution to its report (harness.engine.verdicts), where any process can read it."""
+    result = yield
+    report = result.get_result()
+    found = _claims_and_subject(item)
+    if found is None:
+        return
+    slugs, subject = found
+    contribution = Contribution(_name(subject), seconds=report.duration)
+    if report.when == "setup":
+        contribution.collected = [(slug, f"{item.module.__name__}::{item.originalname}") for slug in slugs]
+        contribution.registered = [(slug, prop) for slug in slugs for prop in PROPERTIES.get(slug, ())]
+    running = item.stash.get(RUNNING_CHECK, None)
+    if report.when == "call" and running is not None:
+        contribution.call_seconds, contribution.headroom = running.call_seconds, running.headroom
+        contribution.exhibits = running.exhibits
+    concluded = report.when == "call" or (report.when == "setup" and not report.passed) or report.failed
+    status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
+    if report.failed and report.when != "call":
+        status = "error"
+    if concluded and status == "fail":
+        _failure_outcomes(item, call, report, slugs, subject, contribution)
+    elif concluded:
+        outcome = Outcome(status, item.nodeid, item.originalname)
+        if status == "skip":
+            outcome.detail = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        if status == "error":
+            outcome.detail = report.longreprtext[-2000:]
+        for slug in slugs:
+            contribution.add(slug, outcome)
+    report.user_properties.append((USER_PROPERTY, contribution.as_data()))
+
+
+class _Collector:
+    """Folds each report's contribution into the run: in-process, or on the pytest-xdist controller
+    (where reports arrive from the workers)."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, data in report.user_properties:
+            if name == USER_PROPERTY:
+                self.state.fold(Contribution.from_data(data))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is None or not state.outcomes or _is_worker(session.config):
+        return
+    if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    # the CUDA implementations' plugin compiles every catalogued kernel: seconds, once
+    kernels = session.config.hook.pytest_attention_kernel_resources() if wanted(state) else None
+    state.report = build_report(state, time.monotonic() - state.started,
+                                profile=settings.get_current_profile_name(), kernels=kernels)
+    directory = session.config.getoption("report")
+    if directory:
+        write_report(state.report, directory, state.variants)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    asked = config.stash.get(PROPERTIES_COLLECTED, False)
+    if state is not None and state.report is None and state.unavailable and asked:
+        # properties were asked for but none ran (all deselected, or every selected implementation unavailable)
+        terminalreporter.section("claims x implementations")
+        for line in not_run_lines(state.unavailable):
+            terminalreporter.write_line(line)
+        return
+    if state is None or state.report is None:
+        return
+    terminalreporter.section("claims x implementations")
+    for line in matrix_lines(state.report):
+        terminalreporter.write_line(line)
+    if state.report.get("kernels"):
+        terminalreporter.write_line(summary_line(state.report["kernels"]))
+    for warning in state.warnings:
+        error = warning.startswith("ERROR")
+        terminalreporter.write_line(warning, red=error, yellow=not error)
+    directory = config.getoption("report")
+    if directory:
+        terminalreporter.write_line(f"report written to {directory}/report.json, report.md, report.html")

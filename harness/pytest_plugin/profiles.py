@@ -1,0 +1,29 @@
+"""The suite's Hypothesis profiles: dev (default), ci (derandomized, no deadline, print_blob), thorough.
+
+They are registered and loaded only when the suite runs (harness.pytest_plugin.options), so that installing the suite
+leaves the Hypothesis settings of a user's own tests alone.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, settings
+
+DEFAULT = "dev"
+_COMMON = dict(
+    deadline=None,  # implementation calls are guarded by --impl-timeout instead
+    # Every distinct failure is reported, so a declared failure never hides an undeclared one
+    # (harness.api.trial raises declared ones as their own exception type).
+    report_multiple_bugs=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def load(name: str | None) -> None:
+    """Register the suite's profiles and load `name` (None: the default, dev)."""
+    settings.register_profile("dev", max_examples=25, **_COMMON)
+    # ci: no target phase. Hill-climbing towards error/allowed -> 1 (harness.api.trial) costs hundreds of calls per
+    # property; it is the thorough profile's job.
+    settings.register_profile("ci", max_examples=15, derandomize=True, print_blob=True, database=None,
+                              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink], **_COMMON)
+    settings.register_profile("thorough", max_examples=400, **_COMMON)
+    settings.load_profile(name or DEFAULT)

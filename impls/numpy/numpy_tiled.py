@@ -1,0 +1,157 @@
+"""A FlashAttention-style tiled forward pass in NumPy (seed 000 § Flash Attention).
+
+The outer loop walks blocks of B_r query rows, the inner loop blocks of B_c keys
+and values; each score block is used once and discarded; the online softmax
+(impls.numpy.online_softmax) keeps the running statistics. Blocks entirely in a
+query block's causal future are skipped, as FlashAttention does.
+
+`tiled_attention_backward` is its backward pass, FlashAttention-2's: the forward's
+log-sum-exp lets each block of P be recomputed from Q_i and K_j alone, so the
+n_q x n_k matrix is never built either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from impls.numpy.online_softmax import OnlineSoftmax, values_seen
+from protocol.registry import attention_impl
+from specs.dtypes import is_float
+from specs.reference import repeat_kv
+from specs.validation import AttentionInputError, check_mask, check_shapes, resolve_scale
+
+
+def check_block_size(name: str, size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise AttentionInputError(f"{name} must be a positive int, got {size!r}")
+    return int(size)
+
+
+def tiled_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+    block_rows: int = 16,
+    block_cols: int = 16,
+    return_lse: bool = False,
+):
+    """Attention computed block by block; top-left causal alignment."""
+    shape = check_shapes(q, k, v, finite=False)
+    mask = check_mask(mask, shape)
+    s = resolve_scale(scale, shape.d)
+    rows_per_block = check_block_size("block_rows", block_rows)
+    cols_per_block = check_block_size("block_cols", block_cols)
+    dtype = np.result_type(q, k, v)
+    k, v = repeat_kv(k, shape.group), repeat_kv(v, shape.group)
+    out = np.empty(shape.out_shape, dtype=dtype)
+    lse = np.empty(shape.scores_shape[:-1], dtype=dtype)
+    for r0 in range(0, shape.n_q, rows_per_block):
+        r1 = min(r0 + rows_per_block, shape.n_q)
+        rows = np.arange(r0, r1)[:, None]
+        state = OnlineSoftmax((shape.batch, shape.heads, r1 - r0), shape.d_v, dtype)
+        for c0 in range(0, shape.n_k, cols_per_block):
+            if causal and c0 > r1 - 1:
+                break  # this and every later key block lies in the future of all these rows
+            c1 = min(c0 + cols_per_block, shape.n_k)
+            scores = (q[:, :, r0:r1] @ k[:, :, c0:c1].swapaxes(-1, -2)) * s
+            if causal:
+                scores = np.where(np.arange(c0, c1)[None, :] <= rows, scores, -np.inf)
+            if mask is not None:
+                scores = np.where(mask[:, :, r0:r1, c0:c1], scores, -np.inf)
+            state.update(scores.astype(dtype, copy=False), v[:, :, c0:c1])
+        out[:, :, r0:r1] = state.output()
+        lse[:, :, r0:r1] = state.lse()
+    return (out, lse) if return_lse else out
+
+
+def _check_d_out(d_out: object, out_shape: tuple[int, ...]) -> np.ndarray:
+    if not isinstance(d_out, np.ndarray):
+        raise AttentionInputError(f"d_out must be a numpy array, got {type(d_out).__name__}")
+    if not is_float(d_out.dtype):
+        raise AttentionInputError(f"d_out has dtype {d_out.dtype}; expected a floating-point dtype")
+    if d_out.shape != tuple(out_shape):
+        raise AttentionInputError(
+            f"d_out has shape {d_out.shape}; it must have the output's shape (batch, heads, n_q, d_v) = {out_shape}"
+        )
+    return d_out
+
+
+def _rows_seen(scores: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`x` (..., rows, dim) with the rows of queries that see no key of the block set to 0 (0 * NaN is NaN)."""
+    seen = ~(scores == -np.inf).all(axis=-1)
+    return np.where(seen[..., None], x, x.dtype.type(0))
+
+
+def tiled_attention_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    d_out: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+    block_rows: int = 16,
+    block_cols: int = 16,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dQ, dK, dV of <d_out, tiled_attention(q, k, v)>, block by block (seed 000 § Flash Attention; FlashAttention-2).
+
+    With L = LSE from the forward and D = rowsum(dO * O), key block j (outer loop) meets every query
+    block i (inner loop) it is visible to: P = exp(S - L_i), dV_j += P^T dO_i, dP = dO_i V_j^T,
+    dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i. A fully masked row has
+    L = -inf and P = 0, so its dQ is 0. dK and dV sum over the query heads of a kv head's group.
+    """
+    shape = check_shapes(q, k, v, finite=False)
+    mask = check_mask(mask, shape)
+    s = resolve_scale(scale, shape.d)
+    rows_per_block = check_block_size("block_rows", block_rows)
+    cols_per_block = check_block_size("block_cols", block_cols)
+    d_out = _check_d_out(d_out, shape.out_shape)
+    dtype = np.result_type(q, k, v)
+    out, lse = tiled_attention(q, k, v, scale=s, causal=causal, mask=mask, block_rows=rows_per_block,
+                               block_cols=cols_per_block, return_lse=True)
+    q = q.astype(dtype, copy=False)
+    d_out = d_out.astype(dtype, copy=False)
+    delta = np.sum(d_out * out, axis=-1)  # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij
+    shift = np.where(np.isfinite(lse), lse, dtype.type(0))  # -inf rows: every score is -inf, so P = 0
+    k_all = repeat_kv(k, shape.group).astype(dtype, copy=False)
+    v_all = repeat_kv(v, shape.group).astype(dtype, copy=False)
+    d_q = np.zeros(q.shape, dtype=dtype)
+    d_k = np.zeros(k.shape, dtype=dtype)
+    d_v = np.zeros(v.shape, dtype=dtype)
+    heads_kv_shape = (shape.batch, shape.heads_kv, shape.group)
+    for c0 in range(0, shape.n_k, cols_per_block):
+        c1 = min(c0 + cols_per_block, shape.n_k)
+        d_k_block = np.zeros((shape.batch, shape.heads, c1 - c0, shape.d), dtype=dtype)
+        d_v_block = np.zeros((shape.batch, shape.heads, c1 - c0, shape.d_v), dtype=dtype)
+        # causal: query blocks that end before key c0 see none of this block (the block holding row c0 is the first)
+        first_row = (c0 // rows_per_block) * rows_per_block if causal else 0
+        for r0 in range(first_row, shape.n_q, rows_per_block):
+            r1 = min(r0 + rows_per_block, shape.n_q)
+            scores = (q[:, :, r0:r1] @ k_all[:, :, c0:c1].swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
+            if causal:
+                scores = np.where(np.arange(c0, c1)[None, :] <= np.arange(r0, r1)[:, None], scores, -np.inf)
+            if mask is not None:
+                scores = np.where(mask[:, :, r0:r1, c0:c1], scores, -np.inf)
+            p = np.exp(scores - shift[:, :, r0:r1, None])
+            d_o = d_out[:, :, r0:r1]
+            k_j = values_seen(scores, k_all[:, :, c0:c1])  # a hidden key's NaN must not meet dS = 0
+            d_v_block += p.swapaxes(-1, -2) @ d_o
+            d_s = p * (d_o @ v_all[:, :, c0:c1].swapaxes(-1, -2) - delta[:, :, r0:r1, None])
+            d_s = np.where(scores == -np.inf, dtype.type(0), d_s)  # a hidden key's dS is 0 even beside a NaN dP
+            d_q[:, :, r0:r1] += dtype.type(s) * (d_s @ k_j)
+            d_k_block += dtype.type(s) * (d_s.swapaxes(-1, -2) @ _rows_seen(scores, q[:, :, r0:r1]))
+        d_k[:, :, c0:c1] = d_k_block.reshape(heads_kv_shape + d_k_block.shape[2:]).sum(axis=2)
+        d_v[:, :, c0:c1] = d_v_block.reshape(heads_kv_shape + d_v_block.shape[2:]).sum(axis=2)
+    return d_q, d_k, d_v
+
+
+# The record is declared after the definition, not as a decorator: mutation testing (tox -e mutants)
+# skips decorated functions, and this body is what it must reach.
+tiled_attention = attention_impl(name="numpy-tiled", backend="numpy", dtypes=("float64", "float32"),
+                                 tile_keywords=("block_rows", "block_cols"), lse=True)(tiled_attention)
+tiled_attention.attention_backward = tiled_attention_backward

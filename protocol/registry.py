@@ -1,0 +1,248 @@
+"""CONTRACT 1: loading implementations and reading their capabilities.
+
+An implementation is `fn(q, k, v, *, scale=None, causal=False, mask=None) -> out`.
+Keywords present in the signature are features it has; the optional attribute
+`fn.attention_capabilities` (a dict) refines the rest; `fn.attention_backward`, when present, is the
+implementation's own backward pass; `fn.known_defects`
+declares the claims it is known to break, each scoped to how it fails
+(protocol.known_defects: dtypes, properties, a regex on the message). Built-in records
+use the `attention_impl` decorator, which only sets those same attributes, so
+one mechanism reads built-in and outside implementations alike; the list of
+built-in records is impls.records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.known_defects import DefectDeclarationError, DefectScope, parse_known_defects
+from specs.tolerance import SUPPORTED_DTYPES
+from specs.validation import CAUSAL_ALIGNMENTS
+
+SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
+TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
+BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
+
+
+class ImplLoadError(ValueError):
+    """An --impl target could not be turned into an implementation."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an implementation can be asked to do."""
+
+    scale: bool = False
+    causal: bool = False
+    mask: bool = False
+    dropout: bool = False
+    dropout_seed: bool = False  # the mask is specs.dropout_mask's pure function of (seed, batch, head, row, column)
+    dtypes: tuple[str, ...] = ("float64",)
+    gqa: bool = True  # heads_kv < heads
+    cross: bool = True  # n_q != n_k
+    value_dim: bool = True  # d_v != d
+    causal_alignment: str = "top_left"
+    max_seq: int | None = None
+    tile_keywords: tuple[str, ...] = ()  # keyword arguments that set block sizes
+    lse: bool = False  # accepts return_lse=True and returns (out, lse)
+    fused: bool = False  # one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul
+    compiles_per_shape: bool = False  # every new shape compiles (jax.jit, torch.compile): draw from FIXED_SHAPES
+    native: bool = False  # compiled code that may crash its process: calls run isolated (harness.engine.isolation)
+    cuda_checkers: bool = False  # a CUDA kernel run on the CPU: fn.cuda_run(..., executor=CHECKER) (impls.cuda)
+    tensors: str = "numpy"  # "torch": q, k, v (and mask) arrive as torch tensors, and the output is differentiable
+    backward: bool = False  # fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv) in NumPy
+
+    @property
+    def gradients(self) -> bool:
+        """Gradients reach it: through torch's autograd, or through its own declared backward."""
+        return self.tensors == "torch" or self.backward
+
+    @property
+    def paged(self) -> bool:
+        return "page_size" in self.tile_keywords
+
+    def lacking(self, *features: str) -> str | None:
+        """A skip reason naming the first feature this implementation lacks, or None."""
+        for feature in features:
+            if not getattr(self, feature):
+                return f"implementation lacks '{feature}' ({_FEATURE_NOTES[feature]})"
+        return None
+
+
+_FEATURE_NOTES = {
+    "scale": "no `scale` keyword",
+    "causal": "no `causal` keyword",
+    "mask": "no `mask` keyword",
+    "dropout": "no `dropout_p` keyword",
+    "dropout_seed": "no `dropout_seed` keyword (a mask that is a pure function of the seed and the position)",
+    "gqa": "declared gqa=False: heads_kv must equal heads",
+    "cross": "declared cross=False: n_q must equal n_k",
+    "value_dim": "declared value_dim=False: d_v must equal d",
+    "tile_keywords": "no block-size keywords declared",
+    "lse": "declared lse=False",
+    "fused": "not declared fused=True",
+    "paged": "no page_size keyword",
+    "gradients": "neither tensors='torch' (autograd) nor fn.attention_backward",
+    "cuda_checkers": "not a CUDA kernel executed on the CPU (no fn.cuda_run for the memory, race and barrier checkers)",
+}
+FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
+_DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout",
+                                                                    "dropout_seed", "backward"}
+
+
+@dataclass(frozen=True, eq=False)
+class Impl:
+    """One declarative record: the callable, what it can do, and what it is known to get wrong."""
+
+    name: str
+    target: str
+    fn: Callable = field(repr=False)
+    capabilities: Capabilities
+    known_defects: tuple[DefectScope, ...]
+    backend: str
+    unavailable: str | None = None  # why it cannot run on this machine
+
+    def declared_claims(self) -> set[str]:
+        return {scope.claim for scope in self.known_defects}
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """An implementation run in one precision: the unit a property is parametrized over."""
+
+    impl: Impl
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.impl.name}[{self.dtype}]"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.impl.capabilities
+
+
+def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, object] | None = None,
+                   probe: Callable[[], str | None] | None = None, **capabilities):
+    """Declare a built-in implementation's record on the function itself."""
+
+    if backend not in BACKENDS:
+        raise ValueError(f"{name}: backend {backend!r} is not one of {BACKENDS}")
+
+    def declare(fn: Callable) -> Callable:
+        fn.attention_name = name
+        fn.attention_backend = backend
+        fn.attention_capabilities = capabilities
+        fn.known_defects = dict(known_defects or {})
+        fn.attention_probe = probe
+        return fn
+
+    return declare
+
+
+def _capabilities(fn: Callable, target: str) -> Capabilities:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as exc:
+        raise ImplLoadError(f"{target}: cannot read the signature ({exc})") from None
+    positional = [p for p in params.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    if len(positional) < 3 and not any(p.kind == p.VAR_POSITIONAL for p in positional):
+        raise ImplLoadError(f"{target}: must take q, k, v positionally; signature is {inspect.signature(fn)}")
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    present = {f: (f in params) or takes_kwargs for f in SIGNATURE_FEATURES}
+    declared = dict(getattr(fn, "attention_capabilities", None) or {})
+    unknown = set(declared) - _DECLARABLE
+    if unknown:
+        raise ImplLoadError(f"{target}: unknown capabilities {sorted(unknown)}; known: {sorted(_DECLARABLE)}")
+    dtypes = tuple(declared.pop("dtypes", ("float64",)))
+    bad = [d for d in dtypes if d not in SUPPORTED_DTYPES]
+    if bad or not dtypes:
+        found = f"unknown dtypes {bad}" if bad else "no dtypes"
+        raise ImplLoadError(f"{target}: {found} declared; valid: {', '.join(SUPPORTED_DTYPES)}")
+    if declared.get("tensors", "numpy") not in TENSOR_KINDS:
+        raise ImplLoadError(f"{target}: tensors must be one of {TENSOR_KINDS}, got {declared['tensors']!r}")
+    backward = getattr(fn, "attention_backward", None)
+    if backward is not None and not callable(backward):
+        raise ImplLoadError(f"{target}: attention_backward is a {type(backward).__name__}, not a function")
+    if declared.get("causal_alignment", "top_left") not in CAUSAL_ALIGNMENTS:
+        raise ImplLoadError(f"{target}: causal_alignment must be one of {CAUSAL_ALIGNMENTS}")
+    tiles = tuple(declared.pop("tile_keywords", ()))
+    missing = [t for t in tiles if t not in params and not takes_kwargs]
+    if missing:
+        raise ImplLoadError(f"{target}: tile_keywords {missing} are not in the signature")
+    return Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
+                        dropout=present["dropout_p"], dropout_seed=present["dropout_seed"], dtypes=dtypes,
+                        tile_keywords=tiles, backward=backward is not None, **declared)
+
+
+def _import_target(target: str) -> Callable:
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise ImplLoadError(f"--impl {target!r}: expected 'module.path:function' or 'path/to/file.py:function'")
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        path = Path(where).resolve()
+        if not path.is_file():
+            raise ImplLoadError(f"--impl {target!r}: no such file {path}")
+        module_name = f"attn_impl_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise ImplLoadError(f"--impl {target!r}: importing {path} raised {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            raise  # a missing backend: impls.records reports the record as unavailable
+        except Exception as exc:
+            raise ImplLoadError(f"--impl {target!r}: importing {where} raised {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ImplLoadError(f"--impl {target!r}: {where} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ImplLoadError(f"--impl {target!r}: {attr} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def load_impl(target: str) -> Impl:
+    """Turn 'module.path:function' or 'path/to/file.py:function' into a record."""
+    fn = _import_target(target)
+    capabilities = _capabilities(fn, target)
+    try:
+        known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
+    except DefectDeclarationError as exc:
+        raise ImplLoadError(str(exc)) from None
+    probe = getattr(fn, "attention_probe", None)
+    return Impl(
+        name=getattr(fn, "attention_name", target),
+        target=target,
+        fn=fn,
+        capabilities=capabilities,
+        known_defects=known,
+        backend=getattr(fn, "attention_backend", "user"),
+        unavailable=probe() if probe else None,
+    )
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A built-in that cannot run here, and why (shown in the run's summary)."""
+
+    target: str
+    reason: str
+
+
+def variants(impls: list[Impl]) -> list[Variant]:
+    return [Variant(impl, dtype) for impl in impls for dtype in impl.capabilities.dtypes]

@@ -1,0 +1,110 @@
+"""The report's `kernels` section (impls.cuda.resources computes it, harness.reporting.kernel_resources renders it):
+ptxas's numbers for a small kernel of this test's own, a compile error recorded per kernel, the reason when NVRTC
+is missing, and when a run pays for it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from harness.engine.verdicts import RunState
+from harness.reporting.kernel_resources import html_section, markdown_lines, summary_line, wanted
+from harness.reporting.report import build_report, write_report
+from impls.cuda import resources as kernel_resources
+from impls.cuda.kernel_catalogue import KERNELS, uncatalogued
+from impls.cuda.runtime.launch import KernelSource
+from impls.cuda.runtime.nvrtc import ARCHITECTURES, NvrtcUnavailable, version
+
+SOURCE = """
+__global__ void heavy(const float* x, float* y, int n) {
+    __shared__ float tile[256];
+    float local[64];
+    for (int i = 0; i < 64; ++i) local[i] = x[(threadIdx.x + i) % n];
+    tile[threadIdx.x % 256] = local[(int)x[0] & 63];  // a dynamic index: the array lives on the stack
+    __syncthreads();
+    y[threadIdx.x] = tile[(threadIdx.x + 1) % 256];
+}
+
+template <typename T>
+__global__ void scaled(const T* x, T* y, T s) { y[threadIdx.x] = x[threadIdx.x] * s; }
+"""
+
+
+def _nvrtc_or_skip() -> None:
+    try:
+        version()
+    except NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def test_every_kernel_file_is_catalogued():
+    assert not uncatalogued(), f"add these impls/cuda/kernels files to impls/cuda/kernel_catalogue.py: {uncatalogued()}"
+    assert len({k.path for k in KERNELS}) == len(KERNELS)
+
+
+def test_numbers_parse_for_every_entry_and_architecture(tmp_path):
+    _nvrtc_or_skip()
+    (tmp_path / "tiny.cu").write_text(SOURCE)
+    (tmp_path / "broken.cu").write_text("__global__ void broken(float* y) { y[0] = undeclared; }\n")
+    kernels = [KernelSource(tmp_path / "tiny.cu", ("heavy", "scaled<float>")),
+               KernelSource(tmp_path / "broken.cu", ("broken",))]
+    section = kernel_resources.kernel_section(kernels)
+    assert section["unavailable"] is None and section["compiler"].startswith("NVRTC ")
+    assert section["architectures"] == list(ARCHITECTURES)
+    got = {(e["entry"], e["arch"]): e for e in section["entries"]}
+    assert set(got) == {(entry, arch) for entry in ("heavy", "scaled<float>") for arch in ARCHITECTURES}
+    for (entry, _), numbers in got.items():
+        assert numbers["registers"] > 0
+        assert numbers["source"].endswith("tiny.cu")
+        if entry == "heavy":
+            assert numbers["shared_bytes"] == 256 * 4 and numbers["stack_bytes"] >= 64 * 4
+    assert [(e["arch"], e["source"].endswith("broken.cu")) for e in section["errors"]] == [
+        (arch, True) for arch in ARCHITECTURES]
+    assert all("undeclared" in e["error"] for e in section["errors"])
+    assert "2 compile errors" in summary_line(section)
+    assert any("`heavy`" in line for line in markdown_lines(section))
+    assert "<code>scaled&lt;float&gt;</code>" in html_section(section)
+
+
+def test_without_nvrtc_the_section_says_why(monkeypatch, tmp_path):
+    def missing() -> str:
+        raise NvrtcUnavailable("NVRTC needs cupy-cuda12x (no module named cupy_backends)")
+
+    monkeypatch.setattr(kernel_resources, "version", missing)
+    section = kernel_resources.kernel_section([KernelSource(tmp_path / "tiny.cu", ("heavy",))])
+    assert section["unavailable"].startswith("NVRTC needs cupy-cuda12x")
+    assert section["entries"] == [] and section["errors"] == [] and section["compiler"] is None
+    assert "not compiled (NVRTC needs" in summary_line(section)
+    assert "Not compiled: NVRTC needs" in "\n".join(markdown_lines(section))
+
+
+def _state(*collected: tuple[str, str, str], backends: dict[str, str] | None = None) -> RunState:
+    variants = [SimpleNamespace(name=name, impl=SimpleNamespace(backend=backend))
+                for name, backend in (backends or {}).items()]
+    state = RunState(variants, [], {})
+    for slug, subject, prop in collected:
+        state.collected[(slug, subject)].add(prop)
+    return state
+
+
+def test_only_runs_that_touch_cuda_compile():
+    numpy_run = _state(("rows-sum-to-one", "numpy-reference[float64]", "properties.test_probability::test_rows"),
+                       backends={"numpy-reference[float64]": "numpy"})
+    assert not wanted(numpy_run)
+    assert wanted(_state(("cuda-naive-kernel", "seed002-cuda", "properties.test_seed_kernels::test_naive")))
+    assert wanted(_state(("rows-sum-to-one", "cuda-x[float16]", "properties.test_probability::test_rows"),
+                         backends={"cuda-x[float16]": "cupy"}))
+
+
+def test_the_report_carries_the_section(tmp_path):
+    section = {"compiler": None, "architectures": list(ARCHITECTURES), "unavailable": "no NVRTC here",
+               "entries": [], "errors": []}
+    report = build_report(_state(), 0.0, kernels=section)
+    assert report["kernels"] == section
+    write_report(report, tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["kernels"] == section
+    for name in ("report.md", "report.html"):
+        assert "Not compiled: no NVRTC here" in (tmp_path / name).read_text()
+    assert build_report(_state(), 0.0)["kernels"] is None

@@ -1,0 +1,214 @@
+"""The tolerance model: loose enough for every correct implementation, tight enough to tell precisions apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from impls.numpy.numpy_tiled import tiled_attention
+from specs import tolerance
+from specs.dtypes import numpy_dtype
+from specs.problems import SCORE_STYLES, VALUE_STYLES, build
+from specs.reference import attention
+from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance
+from tests.fixtures.outside_impls import einsum_attention
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+CASES = [dict(batch=2, heads=4, heads_kv=2, n_q=n_q, n_k=n_k, d=d, d_v=d, seed=seed, score_style=style,
+              value_style=values)
+         for seed, (n_q, n_k, d) in enumerate([(1, 1, 1), (17, 33, 5), (65, 64, 33), (129, 130, 80)])
+         for style in SCORE_STYLES for values in VALUE_STYLES]
+
+
+def _worst_ratio(got, result, allowance):
+    """max |error| / allowed; an exact element counts 0 even where nothing is allowed."""
+    error = np.abs(got - result.out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.max(np.where(error == 0, 0.0, error / allowance.bound)))
+
+
+def _torch_sdpa(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in (q, np.repeat(k, group, 1), np.repeat(v, group, 1))]
+    return F.scaled_dot_product_attention(*tensors).numpy()
+
+
+FLOAT64_CORRECT = {
+    "einsum": einsum_attention,
+    "online softmax, B_c = 1": lambda q, k, v: tiled_attention(q, k, v, block_rows=3, block_cols=1),
+    "torch sdpa": _torch_sdpa,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_CORRECT))
+def test_float64_bound_holds_for_correct_float64_code(name):
+    worst = 0.0
+    for case in CASES:
+        p = build(**case)
+        result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+        worst = max(worst, _worst_ratio(FLOAT64_CORRECT[name](p.q, p.k, p.v), result, allowance))
+    assert worst <= 1.0
+
+
+def _float32_softmax(q, k, v):
+    scores = attention(q, k, v).scores.astype(np.float32)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    group = q.shape[1] // k.shape[1]
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float64) @ np.repeat(v, group, axis=1)
+
+
+def test_float64_bound_catches_a_float32_softmax_on_ordinary_inputs():
+    caught = 0
+    ordinary = [c for c in CASES if c["score_style"] == "normal" and c["n_k"] > 1]
+    for case in ordinary:
+        p = build(**case)
+        result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+        caught += _worst_ratio(_float32_softmax(p.q, p.k, p.v), result, allowance) > 1.0
+    assert caught == len(ordinary)
+
+
+def test_float32_rule_accepts_correct_float32_code_and_rejects_float16_work():
+    for case in CASES:
+        p = build(**case)
+        q, k, v = (x.astype(np.float32) for x in (p.q, p.k, p.v))
+        exact = tuple(x.astype(np.float64) for x in (q, k, v))
+        result, allowance = forward_allowance(*exact, dtype="float32")
+        assert _worst_ratio(tiled_attention(q, k, v, block_rows=5, block_cols=1), result, allowance) <= 1.0
+        assert _worst_ratio(_torch_sdpa(q, k, v), result, allowance) <= 1.0
+        if case["score_style"] == "normal" and case["n_k"] > 1 and case["value_style"] != "large":
+            half = attention(*(x.astype(np.float16) for x in (q, k, v))).out
+            assert _worst_ratio(half.astype(np.float64), result, allowance) > 1.0
+
+
+def test_low_precision_rule_is_undefined_where_the_naive_formula_overflows():
+    p = build(n_q=4, n_k=4, d=8, score_style="huge", seed=1)
+    with pytest.raises(ToleranceUndefined, match="overflows"):
+        forward_allowance(p.q, p.k, p.v, dtype="float16")
+
+
+def test_unsupported_dtype_is_named():
+    p = build()
+    with pytest.raises(ValueError, match=r"no tolerance rule for dtype int32; supported: .*'bfloat16'"):
+        forward_allowance(p.q, p.k, p.v, dtype="int32")
+
+
+@pytest.mark.parametrize("dtype, significand_bits", [("float64", 53), ("float32", 24), ("float16", 11),
+                                                     ("bfloat16", 8)])
+def test_unit_roundoff_is_two_to_minus_the_significand_bits(dtype, significand_bits):
+    assert tolerance.unit_roundoff(dtype) == 2.0**-significand_bits
+
+
+@pytest.mark.parametrize("n_k", [128, 1024])
+def test_bfloat16_allowance_is_float16s_scaled_by_their_unit_roundoffs(n_k):
+    """On inputs both dtypes hold exactly (rounded to bfloat16, inside float16's range), every term of the rule
+    that is not float32's inside scales with u: the allowances differ by u_bf16 / u_f16 = 2^3, per element."""
+    p = build(batch=1, heads=2, heads_kv=2, n_q=128, n_k=n_k, d=64, d_v=64, seed=7)
+    rounded = (x.astype(numpy_dtype("bfloat16")).astype(np.float64) for x in (p.q, p.k, p.v))
+    tiny = float(np.finfo(np.float16).tiny)  # below it float16 keeps fewer than bfloat16's 8 bits
+    exact = tuple(np.where(np.abs(x) < tiny, 0.0, x) for x in rounded)
+    assert all(np.array_equal(x.astype(np.float16).astype(np.float64), x) for x in exact)
+    bounds = {dtype: forward_allowance(*exact, dtype=dtype)[1].bound for dtype in ("float16", "bfloat16")}
+    expected = tolerance.unit_roundoff("bfloat16") / tolerance.unit_roundoff("float16")
+    ratio = np.median(bounds["bfloat16"] / bounds["float16"])
+    assert abs(np.log2(ratio / expected)) < 0.25, f"median ratio {ratio:.3g}, expected {expected:g}"
+
+
+def test_bfloat16_rule_is_defined_where_float16_overflows_and_still_tells_weights_apart():
+    """float32's exponent range: huge scores leave float16's naive formula without a rule, not bfloat16's;
+    the allowance stays far below the outputs' spread, so the mean of the values (uniform weights) fails."""
+    p = build(batch=1, heads=2, heads_kv=2, n_q=16, n_k=33, d=8, d_v=8, score_style="huge", seed=1)
+    with pytest.raises(ToleranceUndefined):
+        forward_allowance(p.q, p.k, p.v, dtype="float16")
+    exact = tuple(x.astype(numpy_dtype("bfloat16")).astype(np.float64) for x in (p.q, p.k, p.v))
+    result, allowance = forward_allowance(*exact, dtype="bfloat16")
+    assert np.all(np.isfinite(allowance.bound))
+    uniform = np.broadcast_to(exact[2].mean(axis=-2, keepdims=True), result.out.shape)
+    assert _worst_ratio(uniform, result, allowance) > 1.0
+
+
+def test_naive_bfloat16_formula_sums_in_float32():
+    """The baseline of the bfloat16 rule: NumPy sums bfloat16 in bfloat16 (4096 ones give 256), the naive
+    formula in float32, so 4096 equal scores get weights 2^-12 that sum to exactly 1."""
+    bfloat16 = numpy_dtype("bfloat16")
+    ones = np.ones((1, 1, 1, 4096), bfloat16)
+    assert float(ones.sum()) == 256.0
+    q, k = np.zeros((1, 1, 2, 4), bfloat16), np.zeros((1, 1, 4096, 4), bfloat16)
+    result = attention(q, k, np.ones((1, 1, 4096, 3), bfloat16))
+    assert result.out.dtype == bfloat16 and result.weights.dtype == bfloat16
+    assert np.all(result.weights.astype(np.float64) == 2.0**-12) and np.all(result.out.astype(np.float64) == 1.0)
+
+
+def test_allowances_add_and_slice():
+    a = Allowance(np.ones((2, 3)), "a")
+    b = Allowance(2 * np.ones((2, 3)), "b")
+    total = a + b
+    assert np.all(total.bound == 3) and total.rule == "(a) + (b)"
+    assert total.take((slice(None), 0)).bound.shape == (2,)
+
+
+def _every_allowance() -> dict[str, Allowance]:
+    """One call of each public function of specs.tolerance that returns an allowed error."""
+    p = build(n_q=3, n_k=4, d=4, d_v=2, seed=1)
+    result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
+    rng = np.random.default_rng(0)
+    directions = tuple(rng.standard_normal(x.shape) for x in (p.q, p.k, p.v))
+    own = tolerance.own_rounding_bound(result, p.q, p.k, p.v, np.abs(result.out), dtype="float64")
+    lse = tolerance.lse_allowance(p.q, p.k, p.v, dtype="float32", oracle=result)
+    return {
+        "forward_allowance": allowance,
+        "product_allowance": tolerance.product_allowance(allowance, result.out, np.ones((2, 1))),
+        "row_sum_allowance": tolerance.row_sum_allowance(allowance, result.out),
+        "dot_product_allowance": tolerance.dot_product_allowance(p.q, p.k),
+        "rope_score_allowance": tolerance.rope_score_allowance(p.q[0, 0, 0], p.k[0, 0, 0], 10),
+        "lse_allowance": lse,
+        "merge_allowance": tolerance.merge_allowance([np.ones(result.lse.shape)], [result.out], [allowance], [lse]),
+        "directional_derivative_allowance": tolerance.directional_derivative_allowance(
+            p.q, p.k, p.v, rng.standard_normal(result.out.shape), directions),
+        "entropy_allowance": tolerance.entropy_allowance(5),
+        "unit_vector_allowance": tolerance.unit_vector_allowance(4),
+        "score_perturbation_allowance": tolerance.score_perturbation_allowance(p.q, p.k, p.v, np.ones((1, 1, 3, 1))),
+        "own_rounding_bound": own,
+        "metamorphic_allowance": tolerance.metamorphic_allowance(allowance, allowance, own, own),
+        "difference_allowance": tolerance.difference_allowance(allowance, own),
+        "cosine_exponent_allowance": tolerance.cosine_exponent_allowance(0.5, 4),
+        "elementwise_product_allowance": tolerance.elementwise_product_allowance(result.out, allowance,
+                                                                                 result.out, own),
+        "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
+        "value_shift_allowance": tolerance.value_shift_allowance(10.0, allowance, own, own, np.abs(result.out)),
+        "fused_difference_allowance": tolerance.fused_difference_allowance(result, p.q, p.k, p.v, "float16"),
+        "row_entropy_allowance": tolerance.row_entropy_allowance(result.weights, allowance.largest()),
+        "jacobian_norm_allowance": tolerance.jacobian_norm_allowance(result.weights, allowance.largest()),
+        "rotated_inputs_allowance": tolerance.rotated_inputs_allowance(p.q, p.k, p.v, dtype="float16",
+                                                                       max_position=10),
+        "affine_image_allowance": tolerance.affine_image_allowance(allowance, -1.5, result.out, 0.25),
+        "weights_entropy_allowance": tolerance.weights_entropy_allowance(allowance.largest(), result.weights),
+        "normalised_weights_allowance": tolerance.normalised_weights_allowance(allowance.largest(), result.weights),
+        "entropy_regularised_gap_allowance": tolerance.entropy_regularised_gap_allowance(
+            allowance.largest(), result.weights, result.weights, result.scores),
+        "gradient_allowance": tolerance.gradient_allowance(p.q, p.k, p.v, rng.standard_normal(result.out.shape),
+                                                           dtype="float32").allowances[0],
+    }
+
+
+def test_every_allowed_error_is_an_allowance_naming_its_rule():
+    found = _every_allowance()
+    public = {name for name in dir(tolerance) if name.endswith(("_allowance", "_bound")) and not name.startswith("_")}
+    assert public <= set(found), f"not covered here: {sorted(public - set(found))}"
+    for name, allowance in found.items():
+        assert isinstance(allowance, Allowance), f"{name} returned a {type(allowance).__name__}"
+        assert allowance.rule and np.all(np.asarray(allowance.bound) >= 0), name
+
+
+def test_named_rules_give_the_numbers_of_the_factors_they_name():
+    """The rules that replaced inline factors in the properties allow exactly what those factors allowed."""
+    a = Allowance(np.array([[1.0, 3.0]]), "a")
+    assert np.array_equal(tolerance.difference_allowance(a, a).bound, 2 * a.bound)
+    assert tolerance.difference_allowance(a.largest(), a.largest()).bound == 2 * a.bound.max()
+    assert tolerance.cosine_exponent_allowance(0.5, 4).bound == 2 * 0.5 * tolerance.unit_vector_allowance(4).bound
+    shifted = tolerance.value_shift_allowance(10.0, a, a, a, np.array([[4.0, 0.0]]))
+    assert np.array_equal(shifted.bound, 12 * a.bound + 2 * tolerance.unit_roundoff("float64") * np.array([[4.0, 0]]))
+    exact = np.array([[0.25, 0.75]])
+    assert np.array_equal(tolerance.dropout_survivor_allowance(a, exact, 0.1, "float32").bound,
+                          (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)

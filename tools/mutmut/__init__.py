@@ -1,0 +1,1 @@
+"""Mutation testing's tools (tox -e mutants): the equivalent mutants, their classification, the score."""
