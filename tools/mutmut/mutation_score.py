@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EQUIVALENT = ROOT / "tests" / "equivalent_mutants.toml"
+EQUIVALENT = ROOT / "tools" / "mutmut" / "equivalent_mutants.toml"
 KILLED_CODES = {1, 3, -24, 24, 36, 152, 255, -9, -11}
 NO_TESTS_CODES = {5, 33}
 TARGET = 0.9
