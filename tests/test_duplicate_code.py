@@ -1,8 +1,8 @@
 """The lint env's duplicate-code check (tox.ini) covers every package outside tests/ and reports what it should.
 
-The check is read from tox.ini and run on planted modules: a block of six lines copied between two modules is
-reported, while what the check leaves out on purpose (the same imports, CONTRACT 1's signature) and a shared run of
-five lines are not.
+The check is read from tox.ini and run on planted modules: a block of six lines (code or comments) copied between two
+modules is reported, while what the check leaves out on purpose (the same imports, CONTRACT 1's signature) and a
+shared run of five lines are not.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ BODY = ["rows = q.shape[0]", "total = 0.0", "for start in range(0, rows, 4):", "
 
 
 def _module(name: str, body: list[str]) -> str:
-    """A module with the shared imports, an implementation with CONTRACT 1's signature and `body`, then its own end."""
-    lines = "".join(f"    {line}\n" for line in body)
+    """A module with the shared imports, an implementation with CONTRACT 1's signature and `body` between lines
+    of its own (pylint counts what precedes a function's first statement as its signature)."""
+    lines = "".join(f"    {line}\n" for line in [f"name = {name!r}", *body])
     return (f'"""Planted module {name}."""\n\n{IMPORTS}\n\ndef attention_{name}{SIGNATURE}{lines}'
             f"    return total + {len(name)}  # {name} alone\n")
 
@@ -72,8 +73,9 @@ def test_the_check_covers_every_package_outside_tests():
         f"or names what is not a top-level package or module: {sorted(_paths() - expected)}")
 
 
-def test_a_six_line_block_copied_between_modules_is_reported(tmp_path):
-    result = _check(_plant(tmp_path / "copied", BODY))
+@pytest.mark.parametrize("copied", [BODY, [f"# {line}" for line in BODY]], ids=["code", "comments"])
+def test_a_six_line_block_copied_between_modules_is_reported(tmp_path, copied):
+    result = _check(_plant(tmp_path / "copied", copied))
     assert result.returncode != 0, result.stdout
     assert "R0801" in result.stdout and "first" in result.stdout and "second" in result.stdout, result.stdout
 
