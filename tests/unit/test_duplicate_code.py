@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import ROOT
+from tests.fixtures.runs import ROOT
 
 pytest.importorskip("pylint", reason="pylint is not installed (the lint and tests envs install it)")
 
