@@ -115,7 +115,7 @@ def capabilities_page() -> str:
         said = [summary[0]] if summary else []
         said += [f"Skip reason when lacking: {reason}"] if reason else []
         lines.append(f"- `{name}`: " + " ".join(said))
-    lines += ["", "Properties name what they need with `requires(...)` markers; the names they may use are "
+    lines += ["", "Properties name what they need with `@pytest.mark.requires(...)`; the names they may use are "
               f"{', '.join(f'`{f}`' for f in registry.FEATURES)}.", ""]
     return "\n".join(lines)
 
