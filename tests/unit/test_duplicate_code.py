@@ -81,7 +81,7 @@ def test_a_six_line_block_copied_between_modules_is_reported(tmp_path, copied):
 
 
 def test_shared_imports_signature_and_five_lines_pass(tmp_path):
-    folder = _plant(tmp_path / "protocol", BODY[:5])
+    folder = _plant(tmp_path / "planted_pair", BODY[:5])  # a name no importable package has
     result = _check(folder)
     assert result.returncode == 0, result.stdout
     # the same modules with imports and signatures compared: what passed was there to find
