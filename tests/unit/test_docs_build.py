@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("mkdocs", reason="MkDocs is installed by `tox -e docs` only")
 pytest.importorskip("material", reason="the Material theme is installed by `tox -e docs` only")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
