@@ -33,8 +33,10 @@ from harness.kernel_resources import kernel_section, summary_line, wanted
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, matrix_lines, write_report
+from harness.stale_rows import record_names, stale_rows, suite_properties
 from harness.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
-from impls.records import builtin_impls
+from impls.expectations import TABLE_PATH, load_table
+from impls.records import BUILTIN_TARGETS, builtin_impls
 from impls.registry import (
     BACKENDS,
     FEATURES,
@@ -99,8 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "claims(*slugs, subject='oracle'): the catalogue claims a test checks")
     config.addinivalue_line("markers", "requires(*features): capabilities the implementation needs")
     config.addinivalue_line("markers", f"{LONG_MARKER}: a long regime (n >= 1025 or d = 256)")
-    impls, unavailable = _select(config)
     claims = load_claims()
+    if not _is_worker(config):  # the controller (or a plain run) checks the table once
+        _stop_at_stale_rows(claims)
+    impls, unavailable = _select(config)
     for impl in impls:
         unknown = impl.declared_claims() - set(claims)
         if unknown:
@@ -113,6 +117,15 @@ def pytest_configure(config: pytest.Config) -> None:
     state = RunState(variants(impls), unavailable, claims)
     config.stash[STATE] = state
     config.pluginmanager.register(_Collector(state), "attention-verdicts")
+
+
+def _stop_at_stale_rows(claims: dict) -> None:
+    """Stop the run before it starts when a row of the expectations table names a property, claim or subject
+    that no longer exists (harness.stale_rows)."""
+    problems = stale_rows(load_table(), claims, suite_properties(), record_names(BUILTIN_TARGETS))
+    if problems:
+        raise pytest.UsageError(f"{TABLE_PATH.name} has rows naming what no longer exists (update those rows):\n  "
+                                + "\n  ".join(problems))
 
 
 def not_run_lines(unavailable: list) -> list[str]:

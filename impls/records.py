@@ -1,7 +1,12 @@
 """The built-in records: every implementation this project maintains, kept apart from the protocol that reads
-them (impls.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here."""
+them (impls.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here
+(tests/test_expectation_rows.py fails for a record defined in impls/ and missing from the list); its known
+defects are its rows in impls/expectations.toml."""
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from impls.registry import Impl, Unavailable, load_impl
 
@@ -61,3 +66,14 @@ def builtin_impls(backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unav
         else:
             ready.append(impl)
     return ready, missing
+
+
+def discover_records(package: str = "impls") -> list[str]:
+    """The target of every record (a function carrying `attention_impl`'s name) defined in a module of
+    `package` or its subpackages, where it is defined (not where it is imported)."""
+    root = importlib.import_module(package)
+    modules = [root] + [importlib.import_module(info.name)
+                        for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}.")]
+    return sorted(f"{module.__name__}:{attr}" for module in modules for attr, value in vars(module).items()
+                  if callable(value) and hasattr(value, "attention_name")
+                  and getattr(value, "__module__", None) == module.__name__)

@@ -30,14 +30,15 @@ class SuiteRun:
 
 
 def run_suite(*args: str, report_dir: Path | None = None, env: dict | None = None,
-              profile: str = "ci", timeout: int = 900) -> SuiteRun:
-    """`python -m pytest ARGS` from the repository root with a Hypothesis profile; the report if asked."""
+              profile: str = "ci", timeout: int = 900, root: Path = ROOT) -> SuiteRun:
+    """`python -m pytest ARGS` from the repository root (or a copy of the tree at `root`) with a Hypothesis
+    profile; the report if asked."""
     command = [sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider"]
     if report_dir is not None:
         command += ["--report", str(report_dir)]
     inherited = {k: v for k, v in os.environ.items() if k not in ("ATTN_IMPLS", "ATTN_BACKENDS")}
     environment = {**inherited, "HYPOTHESIS_PROFILE": profile, **(env or {})}
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment)
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout, env=environment)
     report = None
     if report_dir is not None and (report_dir / "report.json").exists():
         report = json.loads((report_dir / "report.json").read_text())
