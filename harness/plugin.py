@@ -26,6 +26,7 @@ import time
 import pytest
 from hypothesis import settings
 
+from harness.accept import write_accepted
 from harness.declarations import RUNNING, RunningCheck
 from harness.evidence import PropertyViolation
 from harness.guarded_call import CallSettings
@@ -339,12 +340,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _accept(session.config.getoption("accept_expectations"), state) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     kernels = kernel_section() if wanted(state) else None  # compiles every catalogued kernel: seconds, once
     state.report = build_report(state, time.monotonic() - state.started,
                                 profile=settings.get_current_profile_name(), kernels=kernels)
     directory = session.config.getoption("report")
     if directory:
         write_report(state.report, directory, state.variants)
+
+
+def _accept(path: str | None, state: RunState) -> bool:
+    """--accept-expectations: write the measured rows (harness.accept); True when that failed the run (not the
+    derandomized ci profile: nothing written; or a generated symptom that is not specific)."""
+    if not path:
+        return False
+    if not settings.default.derandomize:
+        state.warnings.append("ERROR: --accept-expectations needs the derandomized ci profile (HYPOTHESIS_PROFILE=ci "
+                              f"or --hypothesis-profile ci): nothing written to {path}")
+        return True
+    problems = write_accepted(path, state.variants, state.outcomes)
+    state.warnings += [f"ERROR: accepted row {problem}: not a specific symptom, edit it" for problem in problems]
+    state.warnings.append(f"WARNING: measured rows written to {path}: review its diff against the table")
+    return bool(problems)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
