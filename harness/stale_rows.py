@@ -7,24 +7,62 @@ start with every such row listed (harness.plugin), instead of failing far away f
 
 from __future__ import annotations
 
+import ast
 import importlib
-import pkgutil
+import importlib.util
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
-from harness.markers import PROPERTIES
 from impls.defects import Row
 
 PROPERTY_PACKAGES = ("properties", "interpretations")
 
 
+def _claims_checked(decorator: ast.expr, constants: dict[str, str], where: str) -> tuple[str, ...]:
+    """The slugs of a `@checks(...)` decorator (string literals or module-level string constants); () for
+    any other decorator."""
+    if not (isinstance(decorator, ast.Call) and getattr(decorator.func, "id", getattr(decorator.func, "attr", None))
+            == "checks"):
+        return ()
+    slugs = []
+    for arg in decorator.args:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            slugs.append(arg.value)
+        elif isinstance(arg, ast.Name) and arg.id in constants:
+            slugs.append(constants[arg.id])
+        else:
+            raise ValueError(f"{where}: @checks takes claim slugs as string literals or module-level string "
+                             f"constants, got {ast.unparse(arg)}")
+    return tuple(slugs)
+
+
+def module_properties(source: str, where: str) -> dict[str, set[str]]:
+    """claim -> the names of the property functions a module's `source` marks with @checks (harness.markers)."""
+    tree = ast.parse(source, filename=where)
+    constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    found: dict[str, set[str]] = defaultdict(set)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                for slug in _claims_checked(decorator, constants, f"{where}:{node.lineno}"):
+                    found[slug].add(node.name)
+    return found
+
+
 def suite_properties() -> dict[str, set[str]]:
-    """Every claim's property function names, from every property module of the suite (imported here)."""
-    for package_name in PROPERTY_PACKAGES:
-        package = importlib.import_module(package_name)
-        for module in pkgutil.iter_modules(package.__path__):
-            if module.name.startswith("test_"):
-                importlib.import_module(f"{package_name}.{module.name}")
-    return {slug: {name.rpartition("::")[2] for name in names} for slug, names in PROPERTIES.items()}
+    """Every claim's property function names, read from the source of every property module of the suite
+    (nothing is imported, so a run registers its properties as it always did)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for package in PROPERTY_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for folder in spec.submodule_search_locations:
+            for path in sorted(Path(folder).glob("test_*.py")):
+                for slug, names in module_properties(path.read_text(encoding="utf-8"), str(path)).items():
+                    found[slug] |= names
+    return dict(found)
 
 
 def record_names(targets: Iterable[str]) -> set[str] | None:

@@ -4,11 +4,14 @@ starts (harness.stale_rows), and every record defined in impls/ is a built-in re
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import textwrap
 
 import pytest
 
-from harness.stale_rows import record_names, stale_rows, suite_properties
+from harness.markers import PROPERTIES
+from harness.stale_rows import PROPERTY_PACKAGES, module_properties, record_names, stale_rows, suite_properties
 from impls.defects import DefectDeclarationError, Row
 from impls.expectations import ExpectationTableError, load_table, parse_table, rows_for
 from impls.records import BUILTIN_TARGETS, discover_records
@@ -89,6 +92,31 @@ def test_rows_naming_what_no_longer_exists_are_listed():
     assert "the claim 'no-such-claim' is not in the catalogue" in problems[1]
     assert "no built-in record is named 'numpy-refrence'" in problems[2]
     assert stale_rows((unknown_subject,), load_claims(), properties, None) == []  # subjects unknown: not checked
+
+
+def test_properties_read_from_the_source_are_the_ones_the_modules_register():
+    for package in PROPERTY_PACKAGES:
+        for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            if module.name.startswith("test_"):
+                importlib.import_module(f"{package}.{module.name}")
+    registered = {slug: {name.rpartition("::")[2] for name in names} for slug, names in PROPERTIES.items()}
+    assert suite_properties() == registered
+
+
+def test_a_property_module_is_read_for_literal_and_constant_slugs():
+    source = textwrap.dedent("""
+        CLAIM = "rows-sum-to-one"
+
+        @checks("sdpa-formula", CLAIM, subject="oracle")
+        @given(data=st.data())
+        def test_a(variant, data): ...
+
+        @pytest.mark.slow
+        def test_not_a_property(): ...
+    """)
+    assert module_properties(source, "m.py") == {"sdpa-formula": {"test_a"}, "rows-sum-to-one": {"test_a"}}
+    with pytest.raises(ValueError, match=r"m.py:2: @checks takes claim slugs as string literals .* got SLUGS\[0\]"):
+        module_properties("@checks(SLUGS[0])\ndef test_b(variant): ...\n", "m.py")
 
 
 def test_record_names_are_unknown_when_a_record_cannot_be_imported():
