@@ -139,6 +139,9 @@ def attention_impl(*, name: str, backend: str, probe: Callable[[], str | None] |
 
     if backend not in BACKENDS:
         raise ValueError(f"{name}: backend {backend!r} is not one of {BACKENDS}")
+    if "known_defects" in capabilities:
+        raise ValueError(f"{name}: a record's known defects are its rows in impls/expectations.toml "
+                         f"(subject = {name!r}), not an attention_impl argument")
 
     def declare(fn: Callable) -> Callable:
         fn.attention_name = name

@@ -15,7 +15,7 @@ from harness.stale_rows import PROPERTY_PACKAGES, module_properties, record_name
 from impls.defects import DefectDeclarationError, Row
 from impls.expectations import ExpectationTableError, load_table, parse_table, rows_for
 from impls.records import BUILTIN_TARGETS, discover_records
-from impls.registry import load_impl
+from impls.registry import attention_impl, load_impl
 from specs.catalogue import load_claims
 
 ROW = """
@@ -66,6 +66,12 @@ def test_a_record_takes_the_rows_of_its_name_only():
     mine = [row for row in load_table() if row.subject == "torch-sdpa-flash-cpu"]
     assert mine and list(impl.known_defects) == mine
     assert load_impl("impls.numpy_tiled:tiled_attention").known_defects == ()  # no row names it
+
+
+def test_a_record_declaring_known_defects_itself_is_sent_to_the_table():
+    with pytest.raises(ValueError, match=r"rec: a record's known defects are its rows in impls/expectations.toml"):
+        attention_impl(name="rec", backend="numpy", known_defects={"sdpa-formula": {}})
+    assert attention_impl(name="rec", backend="numpy")(lambda q, k, v: v).attention_name == "rec"
 
 
 def test_a_row_in_a_dtype_the_record_lacks_is_rejected():
