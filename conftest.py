@@ -5,4 +5,4 @@ An installed suite registers the same modules through its `pytest11` entry point
 pytest then skips this line: a module is registered once.
 """
 
-pytest_plugins = ("harness.pytest_plugin.options", "impls.cuda.resources")
+pytest_plugins = ("harness.pytest_plugin.options", "impls.records", "impls.cuda.resources")

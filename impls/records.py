@@ -1,9 +1,14 @@
 """The built-in records: every implementation this project maintains, kept apart from the protocol that reads
-them (protocol.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here."""
+them (protocol.registry), as PyTorch keeps op_db apart from OpInfo. Adding a record is adding its target here
+(tests/unit/test_expectation_rows.py fails for a record defined in impls/ and missing from the list); its known
+defects are its rows in impls/expectations.toml."""
 
 from __future__ import annotations
 
-from protocol.registry import Impl, Unavailable, load_impl
+import importlib
+import pkgutil
+
+from protocol.registry import Impl, Unavailable, load_targets
 
 BUILTIN_TARGETS = (
     "impls.numpy.numpy_reference:reference_attention",
@@ -46,18 +51,21 @@ def is_builtin(impl: Impl) -> bool:
 
 def builtin_impls(backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unavailable]]:
     """Every built-in record, split into those that can run here and those that cannot."""
-    ready: list[Impl] = []
-    missing: list[Unavailable] = []
-    for target in BUILTIN_TARGETS:
-        try:
-            impl = load_impl(target)
-        except ImportError as exc:
-            missing.append(Unavailable(target, f"{exc.name or exc} is not installed"))
-            continue
-        if backends and impl.backend not in backends:
-            continue
-        if impl.unavailable:
-            missing.append(Unavailable(target, impl.unavailable))
-        else:
-            ready.append(impl)
-    return ready, missing
+    return load_targets(BUILTIN_TARGETS, backends)
+
+
+def pytest_attention_builtin_targets() -> tuple[str, ...]:
+    """The hook's answer (harness.hookspecs): the records a run without --impl checks. This module is a pytest
+    plugin, registered by conftest.py in a checkout and by the package's entry point when installed."""
+    return BUILTIN_TARGETS
+
+
+def discover_records(package: str = "impls") -> list[str]:
+    """The target of every record (a function carrying `attention_impl`'s name) defined in a module of
+    `package` or its subpackages, where it is defined (not where it is imported)."""
+    root = importlib.import_module(package)
+    modules = [root] + [importlib.import_module(info.name)
+                        for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}.")]
+    return sorted(f"{module.__name__}:{attr}" for module in modules for attr, value in vars(module).items()
+                  if callable(value) and hasattr(value, "attention_name")
+                  and getattr(value, "__module__", None) == module.__name__)

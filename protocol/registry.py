@@ -5,10 +5,11 @@ Keywords present in the signature are features it has; the optional attribute
 `fn.attention_capabilities` (a dict) refines the rest; `fn.attention_backward`, when present, is the
 implementation's own backward pass; `fn.known_defects`
 declares the claims it is known to break, each scoped to how it fails
-(protocol.known_defects: dtypes, properties, a regex on the message). Built-in records
+(protocol.known_defects: dtypes, a regex on the message, properties). Built-in records
 use the `attention_impl` decorator, which only sets those same attributes, so
-one mechanism reads built-in and outside implementations alike; the list of
-built-in records is impls.records.
+one mechanism reads built-in and outside implementations alike; a record's
+known defects are the rows of its name in impls/expectations.toml (protocol.expectations);
+the list of built-in records is impls.records.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.known_defects import DefectDeclarationError, DefectScope, parse_known_defects
+from protocol.expectations import rows_for
+from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
 
@@ -107,7 +109,7 @@ class Impl:
     target: str
     fn: Callable = field(repr=False)
     capabilities: Capabilities
-    known_defects: tuple[DefectScope, ...]
+    known_defects: tuple[Row, ...]
     backend: str
     unavailable: str | None = None  # why it cannot run on this machine
 
@@ -131,18 +133,20 @@ class Variant:
         return self.impl.capabilities
 
 
-def attention_impl(*, name: str, backend: str, known_defects: Mapping[str, object] | None = None,
-                   probe: Callable[[], str | None] | None = None, **capabilities):
-    """Declare a built-in implementation's record on the function itself."""
+def attention_impl(*, name: str, backend: str, probe: Callable[[], str | None] | None = None, **capabilities):
+    """Declare a built-in implementation's record on the function itself (its known defects: the rows of
+    `name` in impls/expectations.toml)."""
 
     if backend not in BACKENDS:
         raise ValueError(f"{name}: backend {backend!r} is not one of {BACKENDS}")
+    if "known_defects" in capabilities:
+        raise ValueError(f"{name}: a record's known defects are its rows in impls/expectations.toml "
+                         f"(subject = {name!r}), not an attention_impl argument")
 
     def declare(fn: Callable) -> Callable:
         fn.attention_name = name
         fn.attention_backend = backend
         fn.attention_capabilities = capabilities
-        fn.known_defects = dict(known_defects or {})
         fn.attention_probe = probe
         return fn
 
@@ -220,13 +224,16 @@ def load_impl(target: str) -> Impl:
     """Turn 'module.path:function' or 'path/to/file.py:function' into a record."""
     fn = _import_target(target)
     capabilities = _capabilities(fn, target)
+    name = getattr(fn, "attention_name", target)
     try:
         known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
+        if hasattr(fn, "attention_name"):  # a record: its rows of the table
+            known += rows_for(name, capabilities.dtypes)
     except DefectDeclarationError as exc:
         raise ImplLoadError(str(exc)) from None
     probe = getattr(fn, "attention_probe", None)
     return Impl(
-        name=getattr(fn, "attention_name", target),
+        name=name,
         target=target,
         fn=fn,
         capabilities=capabilities,
@@ -242,6 +249,26 @@ class Unavailable:
 
     target: str
     reason: str
+
+
+def load_targets(targets: Iterable[str], backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unavailable]]:
+    """The implementations at `targets` (of `backends`, all when empty), split into those that can run here and
+    those that cannot (a missing package, or the record's own reason)."""
+    ready: list[Impl] = []
+    missing: list[Unavailable] = []
+    for target in targets:
+        try:
+            impl = load_impl(target)
+        except ImportError as exc:
+            missing.append(Unavailable(target, f"{exc.name or exc} is not installed"))
+            continue
+        if backends and impl.backend not in backends:
+            continue
+        if impl.unavailable:
+            missing.append(Unavailable(target, impl.unavailable))
+        else:
+            ready.append(impl)
+    return ready, missing
 
 
 def variants(impls: list[Impl]) -> list[Variant]:

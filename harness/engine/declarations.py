@@ -2,9 +2,10 @@
 
 A failure of claim C in property P on subject S with message M is expected when
 - C is a seed sentence false as written (`holds = false`) and M matches C's `refutation`, or
-- S is an implementation variant that declares a scope covering (C, its dtype, P, M)
-  (protocol.known_defects.DefectScope); an implementation's own defect can break a false sentence's
-  property in another way than the refutation, and then only its declaration covers it.
+- S is an implementation variant with an expectation row covering (C, its dtype, P, M)
+  (protocol.known_defects.Row: a built-in record's rows of impls/expectations.toml, or an outside
+  implementation's `fn.known_defects`); an implementation's own defect can break a false sentence's
+  property in another way than the refutation, and then only its row covers it.
 Anything else is an unexpected failure. The plugin (verdicts) and harness.api.trial (which
 exception a failure raises, so Hypothesis keeps declared and undeclared failures apart)
 both ask this module, so the rule is written once.
@@ -16,7 +17,7 @@ import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from protocol.known_defects import DefectScope
+from protocol.known_defects import Row
 from protocol.registry import Variant
 from specs.catalogue import load_claims
 
@@ -62,10 +63,10 @@ RUNNING: ContextVar[RunningCheck | None] = ContextVar("running_check", default=N
 
 @dataclass(frozen=True)
 class Expected:
-    """Why a failure is expected, and the declaration that covers it (None for a refuted seed sentence)."""
+    """Why a failure is expected, and the row that covers it (None for a refuted seed sentence)."""
 
     why: str
-    scope: DefectScope | None = None
+    scope: Row | None = None
 
 
 def expected_failure(slug: str, subject: Variant | str, prop: str, message: str) -> Expected | None:

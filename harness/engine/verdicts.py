@@ -18,7 +18,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from harness.engine.declarations import expected_failure
-from impls.records import is_builtin
 from protocol.registry import Unavailable, Variant
 from specs.catalogue import Claim
 
@@ -81,6 +80,7 @@ class RunState:
     call_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # subject -> in its calls
     headroom: dict[str, float] = field(default_factory=dict)  # subject -> largest error / allowed
     exhibits: list[dict] = field(default_factory=list)  # harness.api.exhibits, each with its claims and subject
+    builtin: frozenset[str] = frozenset()  # the targets of the project's records (their rows must all be caught)
     started: float = field(default_factory=time.monotonic)
     report: dict | None = None
 
@@ -176,7 +176,8 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
     """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
     (the run is reproducible, so the record's declaration is wrong: exit 1)."""
     fatal = False
-    outside = {variant.impl for variant in state.variants if not is_builtin(variant.impl)}  # built-ins: tests/
+    # stray property names in an outside implementation's declarations (the built-ins' rows: tests/)
+    outside = {variant.impl for variant in state.variants if variant.impl.target not in state.builtin}
     for impl in outside:
         for scope in impl.known_defects:
             registered = {_short(name) for name in state.registered.get(scope.claim, ())}
@@ -185,7 +186,7 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
                 state.warnings.append(f"WARNING: {impl.name} declares properties {strays} for '{scope.claim}', "
                                       f"which are not among its properties collected here: {sorted(registered)}")
     for variant, declaration in uncaught_declarations(state):
-        error = is_builtin(variant.impl) and derandomized
+        error = variant.impl.target in state.builtin and derandomized
         fatal |= error
         state.warnings.append(f"{'ERROR' if error else 'WARNING'}: {variant.name} declares a known defect that "
                               f"no property caught: {declaration}")

@@ -13,6 +13,9 @@ Options (CONTRACT 1 and 2, DESIGN.md):
   --isolate auto|yes|no   calls in a worker process (auto: --impl targets and native records)
   --long-regimes auto|yes|no   long sequences and d = 256 (auto: only with --impl)
   --claims SLUG,...  run only the properties of these claims
+  --accept-expectations FILE   write what the run measured as rows of the expectations table
+                     (harness.pytest_plugin.accept; with the ci profile): review its diff against
+                     impls/expectations.toml
 
 A run that collects from the suite's own directory (the clone, or the installed packages, as
 `attention-spec check` does) loads the suite's Hypothesis profile (harness.pytest_plugin.profiles: HYPOTHESIS_PROFILE,
@@ -56,6 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the long regimes (n >= 1025, d = 256): auto = only with --impl (default)")
     group.addoption("--claims", action="append", default=[], metavar="SLUG[,SLUG]",
                     help="run only the properties of these claims (repeatable, comma-separated)")
+    group.addoption("--accept-expectations", default=None, metavar="FILE",
+                    help="write what this run measured as rows of the expectations table to FILE, to review as a "
+                         "diff against impls/expectations.toml (with the derandomized ci profile)")
 
 
 def runs_the_suite(config: pytest.Config) -> bool:

@@ -32,9 +32,11 @@ from harness.api.regime_cases import LONG_MARKER, LONG_SKIP_REASON, long_regimes
 from harness.engine import run_context
 from harness.engine.declarations import RUNNING, RunningCheck
 from harness.engine.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
+from harness.pytest_plugin.accept import write_accepted
+from harness.pytest_plugin.stale_rows import record_names, stale_rows, suite_properties
 from harness.reporting.kernel_resources import summary_line, wanted
 from harness.reporting.report import build_report, matrix_lines, write_report
-from impls.records import builtin_impls
+from protocol.expectations import load_table, tables
 from protocol.registry import (
     BACKENDS,
     FEATURES,
@@ -42,6 +44,7 @@ from protocol.registry import (
     Unavailable,
     Variant,
     load_impl,
+    load_targets,
     variants,
 )
 from specs.catalogue import load_claims
@@ -84,7 +87,12 @@ def _select(config: pytest.Config) -> tuple[list, list[Unavailable]]:
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
         raise pytest.UsageError(f"unknown backend {', '.join(map(repr, unknown))}; valid: {', '.join(BACKENDS)}")
-    return builtin_impls(backends)
+    return load_targets(builtin_targets(config), backends)
+
+
+def builtin_targets(config: pytest.Config) -> tuple[str, ...]:
+    """The project's records, as the records' plugin names them (harness.hookspecs); none without it."""
+    return tuple(config.hook.pytest_attention_builtin_targets() or ())
 
 
 def isolated_targets(option: str, impls: list, named: bool) -> frozenset[str]:
@@ -99,8 +107,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "claims(*slugs, subject='oracle'): the catalogue claims a test checks")
     config.addinivalue_line("markers", "requires(*features): capabilities the implementation needs")
     config.addinivalue_line("markers", f"{LONG_MARKER}: a long regime (n >= 1025 or d = 256)")
-    impls, unavailable = _select(config)
     claims = load_claims()
+    if not _is_worker(config):  # the controller (or a plain run) checks the table once
+        _stop_at_stale_rows(claims, builtin_targets(config))
+    impls, unavailable = _select(config)
     for impl in impls:
         unknown = impl.declared_claims() - set(claims)
         if unknown:
@@ -111,9 +121,19 @@ def pytest_configure(config: pytest.Config) -> None:
     run_context.install(run_context.RunContext(
         timeout_s=config.getoption("impl_timeout"),
         isolated_targets=isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config)))))
-    state = RunState(variants(impls), unavailable, claims)
+    state = RunState(variants(impls), unavailable, claims, builtin=frozenset(builtin_targets(config)))
     config.stash[STATE] = state
     config.pluginmanager.register(_Collector(state), "attention-verdicts")
+
+
+def _stop_at_stale_rows(claims: dict, builtin: tuple[str, ...]) -> None:
+    """Stop the run before it starts when a row of the expectations table names a property, claim or subject
+    that no longer exists (harness.pytest_plugin.stale_rows)."""
+    problems = stale_rows(load_table(), claims, suite_properties(), record_names(builtin))
+    if problems:
+        named = ", ".join(path.name for path in tables())
+        raise pytest.UsageError(f"{named} has rows naming what no longer exists (update those rows):\n  "
+                                + "\n  ".join(problems))
 
 
 def not_run_lines(unavailable: list) -> list[str]:
@@ -327,6 +347,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _accept(session.config.getoption("accept_expectations"), state) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     # the CUDA implementations' plugin compiles every catalogued kernel: seconds, once
     kernels = session.config.hook.pytest_attention_kernel_resources() if wanted(state) else None
     state.report = build_report(state, time.monotonic() - state.started,
@@ -334,6 +356,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     directory = session.config.getoption("report")
     if directory:
         write_report(state.report, directory, state.variants)
+
+
+def _accept(path: str | None, state: RunState) -> bool:
+    """--accept-expectations: write the measured rows (harness.pytest_plugin.accept); True when that failed the run
+    (not the derandomized ci profile: nothing written; or a generated symptom that is not specific)."""
+    if not path:
+        return False
+    if not settings.default.derandomize:
+        state.warnings.append("ERROR: --accept-expectations needs the derandomized ci profile (HYPOTHESIS_PROFILE=ci "
+                              f"or --hypothesis-profile ci): nothing written to {path}")
+        return True
+    problems = write_accepted(path, state.variants, state.outcomes, state.builtin)
+    state.warnings += [f"ERROR: accepted row {problem}: not a specific symptom, edit it" for problem in problems]
+    state.warnings.append(f"WARNING: measured rows written to {path}: review its diff against the table")
+    return bool(problems)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

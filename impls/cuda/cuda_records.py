@@ -5,7 +5,7 @@ executor cannot run, the record says why (no CUDA device, no C++ compiler) inste
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from impls.cuda.geometry import TileGeometry
 from protocol.registry import attention_impl
@@ -38,16 +38,15 @@ def cpu_unavailable() -> str | None:
 CPU_MAX_SEQ = 48
 
 
-def cuda_records(name: str, run: Callable, *, known_defects: Mapping[str, object] | None = None,
-                 checked_defects: Mapping[str, object] | None = None, geometry: TileGeometry | None = None,
+def cuda_records(name: str, run: Callable, *, geometry: TileGeometry | None = None,
                  **capabilities) -> tuple[Callable, Callable]:
     """The device record and the CPU record of one kernel. `run(q, k, v, ..., executor=...)` is the
     protocol function with the executor as an extra keyword; both records declare native code (calls run
     in a worker process, so a crash is a verdict). The CPU record declares `cuda_checkers` and carries `run`
     as `fn.cuda_run`, through which the kernel-memory-safe, kernel-race-free and kernel-barrier-uniform
     properties run the same call under impls/cuda/runtime/on_cpu.py's checkers, and the kernel's tile `geometry` as
-    `fn.cuda_geometry` (None: no fixed tile-edge cases). `known_defects` are declared on both records,
-    `checked_defects` (the kernel-* claims) on the CPU record only."""
+    `fn.cuda_geometry` (None: no fixed tile-edge cases). Their known defects are the rows of their names in
+    impls/expectations.toml."""
 
     def record(executor: str, record_name: str, probe: Callable[[], str | None]) -> Callable:
         @functools.wraps(run)
@@ -60,9 +59,8 @@ def cuda_records(name: str, run: Callable, *, known_defects: Mapping[str, object
         if executor == "cpu":
             on_executor.cuda_run = run
             on_executor.cuda_geometry = geometry
-        defects = {**(known_defects or {}), **((checked_defects or {}) if executor == "cpu" else {})}
         bounds = {"max_seq": min(capabilities.get("max_seq") or CPU_MAX_SEQ, CPU_MAX_SEQ)} if executor == "cpu" else {}
-        return attention_impl(name=record_name, backend="cupy", probe=probe, native=True, known_defects=defects,
+        return attention_impl(name=record_name, backend="cupy", probe=probe, native=True,
                               cuda_checkers=executor == "cpu", **{**capabilities, **bounds})(on_executor)
 
     return record("cupy", f"cuda-{name}", device_unavailable), record("cpu", f"cuda-{name}-on-cpu", cpu_unavailable)

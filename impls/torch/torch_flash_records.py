@@ -21,20 +21,6 @@ FLASH_CAPABILITIES = dict(backend="torch", dtypes=("float64", "float32", "float1
                           tile_keywords=("block_rows", "block_cols"), lse=True, fused=True)
 
 
-def _hidden_key_in_d_q(dtypes: tuple[str, ...], why: str, properties: tuple[str, ...]) -> dict:
-    """The backward's dQ = dS K multiplies a key no row sees by dS = 0 (0 * NaN = NaN): found by
-    properties/test_gradient_poisoning.py; only dQ, only NaN/Inf from those keys."""
-    return {"hidden-non-finite-never-reaches-gradients": {
-        "why": why, "dtypes": dtypes, "properties": properties,
-        "match": r"^dQ holds (nan|inf|-inf) at \[[\d, ]+\] .* positions that no query sees hold"}}
-
-
-FLASH_GRADIENT_FINDINGS = _hidden_key_in_d_q(
-    FLASH_CAPABILITIES["dtypes"], "the backward replaces the values no row of a block sees by 0 (visible_values) "
-    "but not the keys: dQ += dS K multiplies a masked key by dS = 0; keys past every row's causal horizon are "
-    "never read", ("test_non_finite_keys_no_row_sees_never_reach_gradients",))
-
-
 def _tiled(causal_alignment: str):
     def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
               causal: bool = False, mask: torch.Tensor | None = None, dropout_p: float = 0.0,
@@ -49,22 +35,14 @@ def _tiled(causal_alignment: str):
 
 
 flash_tiled = attention_impl(name="torch-flash-tiled", causal_alignment="top_left",
-                             known_defects=FLASH_GRADIENT_FINDINGS,
                              **FLASH_CAPABILITIES)(_tiled("top_left"))
 flash_tiled_bottom_right = attention_impl(name="torch-flash-tiled-bottom-right", causal_alignment="bottom_right",
-                                          known_defects=FLASH_GRADIENT_FINDINGS,
                                           **FLASH_CAPABILITIES)(_tiled("bottom_right"))
 
 
 # float64 and float32 only: in float16 and bfloat16 the unfused operators round S and P to the storage type,
 # which a fused kernel (float32 inside) does not, so the two differ by more than either's own allowance would say
-@attention_impl(name="torch-unfused", backend="torch", dtypes=("float64", "float32"), tensors="torch",
-                known_defects={
-                    **_hidden_key_in_d_q(
-                        ("float64", "float32"), "masked_fill's backward gives dS = 0 at hidden keys, and matmul's "
-                        "backward dQ = dS K multiplies them (0 * NaN = NaN): it replaces hidden values, not keys",
-                        ("test_non_finite_keys_no_row_sees_never_reach_gradients",
-                         "test_non_finite_keys_past_every_causal_horizon_never_reach_gradients"))})
+@attention_impl(name="torch-unfused", backend="torch", dtypes=("float64", "float32"), tensors="torch")
 def unfused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
                       causal: bool = False, mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                       dropout_seed: int = 0) -> torch.Tensor:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 
-from impls.torch.torch_nan_findings import nan_findings
 from protocol.registry import attention_impl
 
 
@@ -33,8 +32,7 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 @attention_impl(name="torch-multihead-attention", backend="torch", dtypes=("float64", "float32"),
-                gqa=False, value_dim=False, causal_alignment="top_left", tensors="torch",
-                known_defects=nan_findings(("float64", "float32"), drops_visible_nan=True, projects=True))
+                gqa=False, value_dim=False, causal_alignment="top_left", tensors="torch")
 def multihead_attention_module(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -1,4 +1,4 @@
-"""A declared defect covers what was declared and nothing else (CONTRACT 2; protocol/known_defects.py).
+"""An expectation row covers what it declares and nothing else (CONTRACT 2; protocol/known_defects.py).
 
 Each kind of scope (dtype, property, message) is shown to let an undeclared failure of the same
 claim through as an unexpected FAIL (exit 1), and to cover the failure it does declare. Refuted
@@ -13,7 +13,7 @@ import pytest
 
 from harness.engine.verdicts import Outcome, RunState, aggregate, judge_declarations, uncaught_declarations
 from impls.records import is_builtin
-from protocol.known_defects import DefectDeclarationError, DefectScope, parse_known_defects
+from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from protocol.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
 from tests.fixtures.runs import run_suite
@@ -106,7 +106,7 @@ def test_malformed_declarations_name_the_problem(entry, message):
 
 
 def test_a_scope_covers_exactly_its_dtype_property_and_message():
-    scope = DefectScope("sdpa-formula", "why", ("float16",), ("test_a",), r"returned nan")
+    scope = Row("user:fn", "sdpa-formula", "why", ("float16",), ("test_a",), r"returned nan")
     assert scope.covers("sdpa-formula", "float16", "test_a", "returned nan at out[0]")
     assert not scope.covers("rows-sum-to-one", "float16", "test_a", "returned nan at out[0]")
     assert not scope.covers("sdpa-formula", "float32", "test_a", "returned nan at out[0]")
@@ -124,14 +124,14 @@ def test_an_error_is_never_hidden_behind_a_declared_failure():
     assert aggregate([declared, Outcome("pass", "t::d", "test_d")])["expected"] is True
 
 
-def _builtin_variant(scopes: tuple[DefectScope, ...]) -> Variant:
+def _builtin_variant(scopes: tuple[Row, ...]) -> Variant:
     impl = Impl(name="numpy-reference", target="impls.numpy.numpy_reference:reference_attention", fn=lambda *a: None,
                 capabilities=Capabilities(), known_defects=scopes, backend="numpy")
     return Variant(impl, "float64")
 
 
 def test_uncaught_declarations_are_found_only_when_their_properties_ran():
-    scope = DefectScope("sdpa-formula", "why", ("float64",), ("test_output_matches_oracle",))
+    scope = Row("numpy-reference", "sdpa-formula", "why", ("float64",), ("test_output_matches_oracle",))
     variant = _builtin_variant((scope,))
     state = RunState([variant], [], load_claims())
     assert is_builtin(variant.impl)
