@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from harness.engine.verdicts import Outcome, RunState, aggregate, judge_declarations, uncaught_declarations
-from impls.records import is_builtin
+from impls.records import BUILTIN_TARGETS, is_builtin
 from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from protocol.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
@@ -133,7 +133,7 @@ def _builtin_variant(scopes: tuple[Row, ...]) -> Variant:
 def test_uncaught_declarations_are_found_only_when_their_properties_ran():
     scope = Row("numpy-reference", "sdpa-formula", "why", ("float64",), ("test_output_matches_oracle",))
     variant = _builtin_variant((scope,))
-    state = RunState([variant], [], load_claims())
+    state = RunState([variant], [], load_claims(), builtin=frozenset(BUILTIN_TARGETS))
     assert is_builtin(variant.impl)
     assert uncaught_declarations(state) == []  # nothing ran
     state.collected[("sdpa-formula", variant.name)].add("properties.test_formula::test_output_matches_oracle")
