@@ -65,6 +65,7 @@ def assert_within(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *
                   versus: str = "the float64 oracle", claim: str | None = None) -> float:
     """Raise a PropertyViolation naming the worst element unless |got - expected| <= allowance everywhere;
     return the largest error / allowed. `claim` names the claim when a test checks several."""
+    __tracebackhide__ = True
     comparison = compare(got, expected, allowance, what=what)
     if not comparison.within:
         raise PropertyViolation(f"{what} differs from {versus} beyond the tolerance", details=comparison.details,
