@@ -20,7 +20,8 @@ def public_names(module: types.ModuleType) -> set[str]:
     underscore; constants carry no module, so an imported one counts (and must be the package's same object)."""
     return {name for name, value in vars(module).items()
             if not name.startswith("_") and not inspect.ismodule(value)
-            and getattr(value, "__module__", module.__name__) == module.__name__}
+            and (getattr(value, "__module__", module.__name__) == module.__name__
+                 or isinstance(value, types.GenericAlias))}  # a type alias reports its origin's module
 
 
 def missing_exports(package: types.ModuleType, modules: list[types.ModuleType]) -> list[str]:
@@ -47,9 +48,9 @@ def test_every_public_name_is_re_exported():
 
 def test_a_forgotten_re_export_is_found():
     module = types.ModuleType("specs.tolerance.extra")
-    exec("def new_allowance():\n    pass\nLIMIT = 3.0", module.__dict__)
-    assert public_names(module) == {"new_allowance", "LIMIT"}
-    assert missing_exports(specs.tolerance, [module]) == ["specs.tolerance.extra.LIMIT",
+    exec("def new_allowance():\n    pass\nLIMIT = 3.0\nPair = tuple[str, float]", module.__dict__)
+    assert public_names(module) == {"new_allowance", "LIMIT", "Pair"}
+    assert missing_exports(specs.tolerance, [module]) == ["specs.tolerance.extra.LIMIT", "specs.tolerance.extra.Pair",
                                                           "specs.tolerance.extra.new_allowance"]
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from specs.tolerance.model import (
     SAFETY,
     Allowance,
+    merged_terms,
     unit_roundoff,
 )
 
@@ -21,8 +22,10 @@ def product_allowance(left_allowance: Allowance, left: np.ndarray, right: np.nda
     n = right.shape[-2]
     u = unit_roundoff(np.float64)
     abs_right = np.abs(right)
-    bound = left_allowance.bound @ abs_right + 2 * n * u * (np.abs(left) @ abs_right)
-    return Allowance(bound, f"({left_allowance.rule}) carried through a product")
+    rounding = 2 * n * u * (np.abs(left) @ abs_right)
+    rule = f"({left_allowance.rule}) carried through a product"
+    carried = left_allowance.carried(lambda bound: bound @ abs_right, rule)
+    return carried.plus(rounding, rule, (("float64 product rounding", rounding),))
 
 
 def row_sum_allowance(weights_allowance: Allowance, weights: np.ndarray) -> Allowance:
@@ -76,7 +79,7 @@ def difference_allowance(first: Allowance, second: Allowance) -> Allowance:
     (x <= y) may exceed it by as much; and results of different exact values are told apart only
     where they differ by more.
     """
-    return Allowance(first.bound + second.bound, f"difference of two results: ({first.rule}) + ({second.rule})")
+    return first.plus(second.bound, f"difference of two results: ({first.rule}) + ({second.rule})", second.parts())
 
 
 def affine_image_allowance(allowance: Allowance, a: float, x: np.ndarray, b: np.ndarray | float) -> Allowance:
@@ -87,8 +90,9 @@ def affine_image_allowance(allowance: Allowance, a: float, x: np.ndarray, b: np.
     to first order, doubled (SAFETY) for the second-order terms.
     """
     image_rounding = SAFETY * unit_roundoff(np.float64) * (2 * abs(a) * np.abs(x) + np.abs(b))
-    return Allowance(abs(a) * allowance.bound + image_rounding,
-                     f"|a| ({allowance.rule}) + 2u(2|a x| + |b|) for the float64 a x + b, a = {a:g}")
+    rule = f"|a| ({allowance.rule}) + 2u(2|a x| + |b|) for the float64 a x + b, a = {a:g}"
+    carried = allowance.carried(lambda bound: abs(a) * bound, rule, prefix="|a| x ")
+    return carried.plus(image_rounding, rule, (("float64 a x + b rounding", image_rounding),))
 
 
 def elementwise_product_allowance(a: np.ndarray, a_allowance: Allowance, b: np.ndarray,
@@ -98,8 +102,10 @@ def elementwise_product_allowance(a: np.ndarray, a_allowance: Allowance, b: np.n
     a b - a* b* = a (b - b*) + b (a - a*) - (a - a*)(b - b*): to first order
     |a| b_allowance + |b| a_allowance (the product of the two allowances is second order).
     """
-    return Allowance(np.abs(a) * b_allowance.bound + np.abs(b) * a_allowance.bound,
-                     f"product of two results: |a| ({b_allowance.rule}) + |b| ({a_allowance.rule})")
+    rule = f"product of two results: |a| ({b_allowance.rule}) + |b| ({a_allowance.rule})"
+    first = b_allowance.carried(lambda bound: np.abs(a) * bound, rule, prefix="|a| x ")
+    second = a_allowance.carried(lambda bound: np.abs(b) * bound, rule, prefix="|b| x ")
+    return first.plus(second.bound, rule, second.terms)
 
 
 def dropout_survivor_allowance(weights_allowance: Allowance, exact_weights: np.ndarray, p: float,
@@ -109,9 +115,13 @@ def dropout_survivor_allowance(weights_allowance: Allowance, exact_weights: np.n
     W is within `weights_allowance` of P; dividing by 1 - p divides that error by 1 - p, and the
     rescaling rounds once in `dtype`: u P_ij / (1 - p) to first order.
     """
-    bound = (weights_allowance.bound + unit_roundoff(dtype) * exact_weights) / (1 - p)
-    return Allowance(bound, f"(({weights_allowance.rule}) + u P) / (1 - p), p={p:g}: the weights' allowance "
-                            "rescaled, plus 1 ulp of the rescaling")
+    rescaling = unit_roundoff(dtype) * exact_weights
+    bound = (weights_allowance.bound + rescaling) / (1 - p)
+    rule = (f"(({weights_allowance.rule}) + u P) / (1 - p), p={p:g}: the weights' allowance rescaled, plus 1 ulp "
+            "of the rescaling")
+    terms = merged_terms(weights_allowance.carried(lambda b: b / (1 - p), rule).terms,
+                         (("rescaling rounding", rescaling / (1 - p)),))
+    return Allowance(bound, rule, terms)
 
 
 def value_shift_allowance(shift: float, changed: Allowance, base: Allowance, row_sums: Allowance,
@@ -129,6 +139,10 @@ def value_shift_allowance(shift: float, changed: Allowance, base: Allowance, row
     at n_k = 40, 0.15 c at most (a-priori), so a leak of 20 % is told from rounding in every dtype.
     """
     u = unit_roundoff(np.float64)
-    bound = changed.bound + base.bound + abs(shift) * row_sums.bound + SAFETY * u * magnitude
-    return Allowance(bound, f"out(V + c) and out(V) within ({changed.rule}) and ({base.rule}), plus |c| x the "
-                            f"row sums' ({row_sums.rule}), c = {shift:.4g}")
+    rounding = SAFETY * u * magnitude
+    bound = changed.bound + base.bound + abs(shift) * row_sums.bound + rounding
+    rule = (f"out(V + c) and out(V) within ({changed.rule}) and ({base.rule}), plus |c| x the row sums' "
+            f"({row_sums.rule}), c = {shift:.4g}")
+    scaled = row_sums.carried(lambda b: abs(shift) * b, rule, prefix="|c| x row sums' ")
+    terms = merged_terms(changed.parts(), base.parts(), scaled.terms, (("float64 subtraction rounding", rounding),))
+    return Allowance(bound, rule, terms)

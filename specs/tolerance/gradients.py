@@ -105,7 +105,9 @@ def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> Gr
         errors, _ = _backward_propagation(result, q, k, v, d_out, u=u, gamma=lambda n: n * u, relative=relative)
         floor = n_k * np.finfo(np.float64).tiny * float(np.abs(d_out).max(initial=0.0))
         rule = "float64 a-priori backward bound 2*(propagation with gamma(n)=nu, rel=(2(d+6)A_i+(n_k+4)(1+L_i))u)"
-        return GradientOracle(grads, tuple(Allowance(SAFETY * e + floor, rule) for e in errors))
+        return GradientOracle(grads, tuple(
+            Allowance(SAFETY * e + floor, rule, (("propagated rounding", SAFETY * e), ("underflow floor", floor)))
+            for e in errors))
     with np.errstate(all="ignore"):
         naive = attention_backward(*(x.astype(dtype) for x in (q, k, v, d_out)), **kwargs)
     if not all(np.all(np.isfinite(g)) for g in naive):
@@ -121,11 +123,16 @@ def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> Gr
     allowances = []
     for exact, approx, error, magnitude in zip(grads, naive, errors, magnitudes, strict=True):
         naive_error = np.max(np.abs(approx.astype(np.float64) - exact), axis=-1, keepdims=True)
-        floor = error + u * (2 * np.abs(exact) + magnitude) + tiny
+        storage = u * (2 * np.abs(exact) + magnitude)
+        floor = error + storage + tiny
+        scaled = K_GRADIENT * naive_error
+        terms = ((f"{K_GRADIENT:g} x naive {dtype} backward error of the row", scaled),
+                 (f"propagated rounding floor (float32 inside, LAMBDA={LAMBDA:g})", error),
+                 (f"storage rounding in {dtype}", storage), ("underflow", tiny))
         allowances.append(Allowance(
-            K_GRADIENT * naive_error + floor,
+            scaled + floor,
             f"{dtype}: {K_GRADIENT:g} x the naive {dtype} backward's error of the row (largest "
-            f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})"))
+            f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms))
     return GradientOracle(grads, tuple(allowances))
 
 

@@ -84,6 +84,7 @@ bfloat16: the same rule, from its own unit roundoff u = 2^-8 (8 significand bits
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,23 +102,63 @@ class ToleranceUndefined(ValueError):
     """The naive low-precision baseline itself is not finite, so the rule has nothing to scale."""
 
 
+Term = tuple[str, "np.ndarray | float"]  # a named part of an allowance, shaped like (or broadcasting to) its bound
+
+
+def merged_terms(*groups: tuple[Term, ...]) -> tuple[Term, ...]:
+    """The terms of a sum of allowances: terms of the same name added, in order of first appearance."""
+    merged: dict[str, np.ndarray | float] = {}
+    for group in groups:
+        for name, value in group:
+            merged[name] = merged[name] + value if name in merged else value
+    return tuple(merged.items())
+
+
 @dataclass(frozen=True)
 class Allowance:
-    """Allowed |got - exact| per element, with the rule that produced it (a formula a reader can check)."""
+    """Allowed |got - exact| per element, with the rule that produced it (a formula a reader can check) and
+    the named terms the bound adds up (empty: the bound is one term, named by the rule), so a failure can say
+    which term dominated at its worst element."""
 
     bound: np.ndarray | float  # shaped like (or broadcasting to) what it bounds; a float bounds every element
     rule: str
+    terms: tuple[Term, ...] = ()  # each shaped like (or broadcasting to) the bound; they sum to it
+
+    def parts(self) -> tuple[Term, ...]:
+        """The named terms, or the bound itself named by the rule."""
+        return self.terms or ((self.rule, self.bound),)
 
     def __add__(self, other: Allowance) -> Allowance:
-        return Allowance(self.bound + other.bound, f"({self.rule}) + ({other.rule})")
+        return Allowance(self.bound + other.bound, f"({self.rule}) + ({other.rule})",
+                         merged_terms(self.parts(), other.parts()))
 
     def take(self, index: tuple) -> Allowance:
         """The allowance of a sub-array (same indexing as applied to the output; an array bound)."""
-        return Allowance(self.bound[index], self.rule)
+        shape = np.shape(self.bound)
+        return Allowance(self.bound[index], self.rule,
+                         tuple((name, np.broadcast_to(value, shape)[index]) for name, value in self.terms))
 
     def largest(self) -> Allowance:
-        """The largest element's bound, for every element."""
-        return Allowance(float(np.max(self.bound)), f"largest of ({self.rule})")
+        """The largest element's bound (and its terms there), for every element."""
+        position = np.unravel_index(int(np.argmax(self.bound)), np.shape(self.bound))
+        terms = self.at(position, np.shape(self.bound)) if self.terms else ()
+        return Allowance(float(np.max(self.bound)), f"largest of ({self.rule})", terms)
+
+    def carried(self, transform: Callable[[np.ndarray | float], np.ndarray | float], rule: str, *,
+                prefix: str = "") -> Allowance:
+        """This allowance through a linear map with non-negative coefficients (a product with |R|, a scaling):
+        the bound and each term (named `prefix` + its name) mapped alike."""
+        shape = np.shape(self.bound)
+        return Allowance(transform(self.bound), rule, tuple((prefix + name, transform(np.broadcast_to(value, shape)))
+                                                            for name, value in self.parts()))
+
+    def plus(self, bound: np.ndarray | float, rule: str, terms: tuple[Term, ...]) -> Allowance:
+        """This allowance plus `bound` (made of `terms`), under the rule of the sum."""
+        return Allowance(self.bound + bound, rule, merged_terms(self.parts(), terms))
+
+    def at(self, position: tuple, shape: tuple[int, ...]) -> tuple[tuple[str, float], ...]:
+        """Each term's value at `position` of an array of `shape` (which the bound broadcasts to)."""
+        return tuple((name, float(np.broadcast_to(value, shape)[position])) for name, value in self.parts())
 
 
 def unit_roundoff(dtype: np.dtype | str) -> float:
@@ -153,19 +194,20 @@ def _merge_magnitude(result: AttentionResult, n_k: int) -> np.ndarray:
 
 
 def _a_priori_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                    inside: np.dtype | str = np.float64) -> np.ndarray:
-    """The worst-case bound of the module docstring for a computation carried out in `inside`."""
+                    inside: np.dtype | str = np.float64) -> Allowance:
+    """The worst-case bound of the module docstring for a computation carried out in `inside`, with its terms."""
     u = unit_roundoff(inside)
     n_k, d = k.shape[2], q.shape[3]
     row_magnitude, spread, abs_weighted = _first_order_terms(result, q, k, v)
     merge = (n_k + 4) * _merge_magnitude(result, n_k)
     floor = n_k * float(finfo(inside).tiny) * float(np.abs(v).max())
-    return SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted) + floor
-
-
-def _float64_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Allowance:
-    return Allowance(_a_priori_bound(result, q, k, v),
-                     "float64 a-priori bound 2*(2(d+6)u*A_i*sigma + (3n_k+4+(n_k+4)L_i)u*P|V|)")
+    bound = SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted) + floor
+    terms = (("score rounding", SAFETY * 2 * (d + 6) * u * row_magnitude * spread),
+             ("sum and normalisation rounding", SAFETY * (3 * n_k + 4) * u * abs_weighted),
+             ("log-sum-exp merge rounding", SAFETY * merge * u * abs_weighted),
+             ("flushed subnormal weights", floor))
+    return Allowance(bound, f"{numpy_dtype(inside).name} a-priori bound "
+                            "2*(2(d+6)u*A_i*sigma + (3n_k+4+(n_k+4)L_i)u*P|V|)", terms)
 
 
 def fused_difference_allowance(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -182,18 +224,22 @@ def fused_difference_allowance(result: AttentionResult, q: np.ndarray, k: np.nda
     S to `dtype` errs by u |S| sigma, and one that accumulates P V in `dtype` by up to n_k u (P|V|).
     """
     u = unit_roundoff(dtype)
-    float32_terms = 2 * _a_priori_bound(result, q, k, v, inside=np.float32)
+    float32 = _a_priori_bound(result, q, k, v, inside=np.float32)
+    float32_terms = 2 * float32.bound
     storage_terms = SAFETY * u * (result.applied_weights @ np.abs(repeat_kv(v, q.shape[1] // v.shape[1]))
                                   + 2 * np.abs(result.out))
     subnormal = 2 * float(finfo(dtype).smallest_subnormal)
+    name = numpy_dtype(dtype).name
+    terms = (*((f"2 x float32 {term}", 2 * value) for term, value in float32.terms),
+             (f"P and the output rounded to {name}", storage_terms), (f"2 x {name}'s smallest subnormal", subnormal))
     return Allowance(float32_terms + storage_terms + subnormal,
                      f"both in float32 inside (2 x the float32 a-priori bound) + {SAFETY:g}u(P|V| + 2|O|) for P "
-                     f"and the output rounded to {numpy_dtype(dtype).name}")
+                     f"and the output rounded to {name}", terms)
 
 
 def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                    dtype: np.dtype) -> np.ndarray:
-    """The probabilistic floor of the module docstring: storage in `dtype`, float32 inside."""
+                    dtype: np.dtype) -> tuple[np.ndarray, tuple]:
+    """The probabilistic floor of the module docstring (storage in `dtype`, float32 inside), and its terms."""
     u = unit_roundoff(dtype)
     u_a = min(u, unit_roundoff(np.float32))
     group = q.shape[1] // k.shape[1]
@@ -224,8 +270,12 @@ def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np
     # rounds to `dtype`'s subnormal spacing near 0, where the relative 2 u |O| says nothing
     underflow = n_k * float(finfo(inner).tiny) * float(np.abs(v).max(initial=0.0)) + float(
         finfo(dtype).smallest_subnormal)
-    worst_case = 2 * u * np.abs(out) + 4 * u_a * _merge_magnitude(result, n_k) * abs_weighted + underflow
-    return LAMBDA * np.sqrt(variance) + worst_case
+    output = 2 * u * np.abs(out)
+    merge = 4 * u_a * _merge_magnitude(result, n_k) * abs_weighted
+    probabilistic = LAMBDA * np.sqrt(variance)
+    terms = ((f"probabilistic rounding floor (LAMBDA={LAMBDA:g})", probabilistic), ("output rounding", output),
+             ("log-sum-exp merge rounding", merge), ("underflow", underflow))
+    return probabilistic + (output + merge + underflow), terms
 
 
 def _low_precision_bound(
@@ -234,7 +284,7 @@ def _low_precision_bound(
 ) -> Allowance:
     with np.errstate(all="ignore"):
         naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).out
-    baseline = f"naive {dtype}"
+    baseline = term = f"naive {dtype}"
     if not np.all(np.isfinite(naive)) and past_range:
         # the scores leave the dtype's range: no same-precision formula is finite, but a kernel that stores in
         # `dtype` and computes in float32 (FlashAttention's design, the floor's model) is: it is the baseline
@@ -242,13 +292,17 @@ def _low_precision_bound(
             inside = attention(*(x.astype(dtype).astype(np.float32) for x in (q, k, v)), **kwargs).out
             naive = inside.astype(dtype)
         baseline = f"{dtype} storage, float32 inside (the naive {dtype} formula overflows here)"
+        term = f"{dtype}-storage float32-inside"
     if not np.all(np.isfinite(naive)):
         raise ToleranceUndefined(f"the naive {dtype} formula overflows on this input")
     naive_error = np.max(np.abs(naive.astype(np.float64) - result.out), axis=-1, keepdims=True)
+    floor, floor_terms = _rounding_floor(result, q, k, v, dtype)
+    scaled = K_FORWARD * naive_error
     return Allowance(
-        K_FORWARD * naive_error + _rounding_floor(result, q, k, v, dtype),
+        scaled + floor,
         f"{dtype}: {K_FORWARD:g} x the {baseline} error of the row (largest {float(naive_error.max()):.3g}) "
         f"+ probabilistic floor (storage {dtype}, float32 inside, LAMBDA={LAMBDA:g})",
+        ((f"{K_FORWARD:g} x {term} error of the row", scaled), *floor_terms),
     )
 
 
@@ -275,7 +329,7 @@ def forward_allowance(
         raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
     result = oracle if oracle is not None else attention(q, k, v, **kwargs)
     if dtype == np.float64:
-        return result, _float64_bound(result, q, k, v)
+        return result, _a_priori_bound(result, q, k, v)
     return result, _low_precision_bound(result, q, k, v, dtype, kwargs, past_range)
 
 
@@ -297,16 +351,21 @@ def lse_allowance(
     finite = np.isfinite(oracle.lse)
     magnitude = np.where(finite, np.abs(oracle.lse), 0.0)
     if dtype == np.float64:
+        terms = (("score rounding", SAFETY * (d + 6) * u * row_magnitude), ("row sum rounding", SAFETY * (n_k + 4) * u),
+                 ("lse's own rounding", SAFETY * u * magnitude))
         return Allowance(SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude),
-                         "float64 lse: 2*((d+6)u*A_i + (n_k+4)u + u|lse_i|)")
+                         "float64 lse: 2*((d+6)u*A_i + (n_k+4)u + u|lse_i|)", terms)
     with np.errstate(all="ignore"):
         naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
     if not np.all(np.isfinite(naive) == finite):
         raise ToleranceUndefined(f"the naive {dtype} log-sum-exp overflows on this input")
     naive_error = float(np.max(np.abs(np.where(finite, naive - oracle.lse, 0.0)), initial=0.0))
+    terms = ((f"{K_FORWARD:g} x naive {dtype} lse error", K_FORWARD * naive_error),
+             ("score rounding", math.sqrt(d) * u * row_magnitude), ("row sum rounding", (n_k + 4) * u),
+             ("lse's own rounding", u * magnitude))
     return Allowance(K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude,
                      f"{dtype} lse: {K_FORWARD:g} x the naive {dtype} lse error ({naive_error:.3g}) "
-                     "+ sqrt(d)u*A_i + (n_k+4)u + u|lse_i|")
+                     "+ sqrt(d)u*A_i + (n_k+4)u + u|lse_i|", terms)
 
 
 def score_perturbation_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, score_error: np.ndarray,
@@ -333,8 +392,11 @@ def own_rounding_bound(oracle: AttentionResult, q: np.ndarray, k: np.ndarray, v:
     """
     u = unit_roundoff(dtype)
     row_magnitude = _first_order_terms(oracle, q, k, v)[0]
-    return Allowance((2 * (q.shape[3] + 6) * u * row_magnitude + (3 * k.shape[2] + 4) * u) * out_on_abs_values,
-                     "own rounding with the implementation's weights W: (2(d+6)u*A_i + (3n_k+4)u) |W||V|")
+    scores, sums = 2 * (q.shape[3] + 6) * u * row_magnitude, (3 * k.shape[2] + 4) * u
+    return Allowance((scores + sums) * out_on_abs_values,
+                     "own rounding with the implementation's weights W: (2(d+6)u*A_i + (3n_k+4)u) |W||V|",
+                     (("own score rounding", scores * out_on_abs_values),
+                      ("own sum rounding", sums * out_on_abs_values)))
 
 
 def exponent_range(dtype: np.dtype | str, n_k: int) -> float:
