@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
@@ -32,7 +33,8 @@ from harness.guarded_call import CallSettings
 from harness.kernel_resources import kernel_section, summary_line, wanted
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
-from harness.report import build_report, matrix_lines, write_report
+from harness.report import build_report, write_report
+from harness.report_text import folded, terminal_lines
 from harness.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
 from impls.records import builtin_impls
 from impls.registry import (
@@ -337,22 +339,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     asked = config.stash.get(PROPERTIES_COLLECTED, False)
+    # the terminal's width (pytest's writer; COLUMNS or 80 when not a terminal): every line folds to it
+    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or shutil.get_terminal_size().columns
     if state is not None and state.report is None and state.unavailable and asked:
         # properties were asked for but none ran (all deselected, or every selected implementation unavailable)
         terminalreporter.section("claims x implementations")
         for line in not_run_lines(state.unavailable):
-            terminalreporter.write_line(line)
+            for part in folded(line, width, "  "):
+                terminalreporter.write_line(part)
         return
     if state is None or state.report is None:
         return
+    directory = config.getoption("report")
     terminalreporter.section("claims x implementations")
-    for line in matrix_lines(state.report):
+    for line in terminal_lines(state.report, width, directory):
         terminalreporter.write_line(line)
     if state.report.get("kernels"):
-        terminalreporter.write_line(summary_line(state.report["kernels"]))
+        for line in folded(summary_line(state.report["kernels"]), width, "  "):
+            terminalreporter.write_line(line)
     for warning in state.warnings:
         error = warning.startswith("ERROR")
-        terminalreporter.write_line(warning, red=error, yellow=not error)
-    directory = config.getoption("report")
+        for line in folded(warning, width, "  "):
+            terminalreporter.write_line(line, red=error, yellow=not error)
     if directory:
-        terminalreporter.write_line(f"report written to {directory}/report.json, report.md, report.html")
+        for line in folded(f"report written to {directory}/report.json, report.md, report.html", width, "  "):
+            terminalreporter.write_line(line)
