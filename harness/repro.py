@@ -3,6 +3,8 @@ default it runs the property's comparison with the oracle and prints the verdict
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from harness.assertions import compare
@@ -63,8 +65,9 @@ def index_code(index: tuple) -> str:
 def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
                   call_line: str | None = None, script: str | None = None, past_range: bool = False) -> str:
     """Rebuild `problem`, load the implementation `target`, lay the inputs out as the property did, then
-    run `script` if given, else `call_line` (default: call_line_for({})) and print the verdict of its output
-    against the oracle within specs.tolerance.forward_allowance (`past_range` as the trial judged it).
+    run `script` if given, else `call_line` (default: call_line_for({})) and, when it assigns `out`, print the
+    verdict of that output against the oracle within specs.tolerance.forward_allowance (`past_range` as the trial
+    judged it).
     Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
     problem.check_code()
     lines = [
@@ -77,9 +80,12 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
     if script is not None:
         return "\n".join(lines + [script])
+    call = call_line or call_line_for({})
+    lines.append(call)
+    if not re.search(r"^out = ", call, re.MULTILINE):
+        return "\n".join(lines)  # the call computes something else (a backward's dq, dk, dv): it ends the snippet
     past = ", past_range=True" if past_range else ""
     lines += [
-        call_line or call_line_for({}),
         f"oracle, allowance = forward_allowance(*(x.astype(float) for x in (q, k, v)), dtype={dtype!r}{past}, "
         f"**p.kwargs(), causal_alignment={causal_alignment!r})",
         "print(verdict(as_float64(out), oracle.out, allowance))",

@@ -50,3 +50,11 @@ def test_the_verdict_words_both_outcomes():
         "elements over tolerance: 1 of 3",
         "allowed 0.5 at w[1]: a half",
     ]
+
+
+def test_a_call_that_computes_something_else_ends_the_snippet():
+    """A gradient property's call assigns dq, dk, dv: there is no `out` to judge, and the snippet runs."""
+    snippet = repro_snippet(build(n_q=2, n_k=3, seed=1), target=RIGHT, dtype="float64", layout="contiguous",
+                            causal_alignment="top_left", call_line="dq = fn(q, k, v, **p.kwargs())")
+    assert snippet.endswith("dq = fn(q, k, v, **p.kwargs())") and "verdict(" not in snippet.splitlines()[-1]
+    exec(snippet, {})
