@@ -128,12 +128,14 @@ def _draw_curves(canvas: _Canvas, name: str, records: list[dict]) -> None:
 
 
 def _heatmap(axes, matrix: np.ndarray, title: str, *, diverging: bool = False, annotate: bool = True,
-             labels: tuple[str, str] = ("key j", "query i")) -> None:
+             labels: tuple[str, str] = ("key j", "query i"), top: float | None = None) -> None:
+    """`top`: the colour map's upper end (default: the matrix's largest entry)."""
     if diverging:
         limit = float(np.nanmax(np.abs(matrix), initial=0.0)) or 1.0
         image = axes.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
     else:
-        image = axes.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(float(np.nanmax(matrix, initial=0.0)), 1e-12))
+        top = max(float(np.nanmax(matrix, initial=0.0)), 1e-12) if top is None else top
+        image = axes.imshow(matrix, cmap="viridis", vmin=0.0, vmax=top)
     axes.set_title(title, fontsize=8)
     axes.set_xlabel(labels[0], fontsize=7), axes.set_ylabel(labels[1], fontsize=7)
     axes.tick_params(labelsize=6)
@@ -264,7 +266,7 @@ def _non_finite_picture(verdict: dict, variant: Variant, problem: Problem) -> Pi
     head = _worst_head(np.sum(expected != got, axis=(-1, -2)) + 1e-3 * np.sum(got | expected, axis=(-1, -2)))
     wrong = int(np.sum(expected != got))
     return Picture("non-finite", {"non-finite in exact arithmetic": expected[head].astype(float),
-                                  f"non-finite in {verdict['impl'][:40]}": got[head].astype(float)}, head,
+                                  f"non-finite in {verdict['impl'][:32]}": got[head].astype(float)}, head,
                    f"`{verdict['claim']}` fails on {verdict['impl']}: where its output is NaN or Inf (1) against where "
                    f"exact attention on the same inputs is, on the smallest failing input (batch, head {head}); "
                    f"{wrong} element{'s' * (wrong != 1)} disagree.", ("value column c", "query i"), difference=False)
@@ -342,7 +344,8 @@ def _draw_counterexample(canvas: _Canvas, verdict: dict, variant: Variant) -> bo
     figure, axes = canvas.plt.subplots(1, len(picture.panels), figsize=(3.4 * len(picture.panels), 3.2))
     last = len(picture.panels) - 1
     for i, (ax, (title, matrix)) in enumerate(zip(axes, picture.panels.items(), strict=True)):
-        _heatmap(ax, matrix, title, diverging=picture.difference and i == last, labels=picture.labels)
+        _heatmap(ax, matrix, title, diverging=picture.difference and i == last, labels=picture.labels,
+                 top=1.0 if picture.kind == "non-finite" else None)  # a pattern: 1 where NaN or Inf
     canvas.save(figure, _file_name("counterexample", verdict["claim"], verdict["impl"]), picture.caption,
                 [verdict["claim"]], source="counterexample", impl=verdict["impl"])
     return True
