@@ -34,7 +34,7 @@ from harness.kernel_resources import kernel_section, summary_line, wanted
 from harness.markers import ORACLE, PROPERTIES
 from harness.regimes import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.report import build_report, write_report
-from harness.report_text import folded, terminal_lines
+from harness.report_text import terminal_lines
 from harness.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
 from impls.records import builtin_impls
 from impls.registry import (
@@ -339,28 +339,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     asked = config.stash.get(PROPERTIES_COLLECTED, False)
-    # the terminal's width (pytest's writer; COLUMNS or 80 when not a terminal): every line folds to it
-    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or shutil.get_terminal_size().columns
     if state is not None and state.report is None and state.unavailable and asked:
         # properties were asked for but none ran (all deselected, or every selected implementation unavailable)
         terminalreporter.section("claims x implementations")
         for line in not_run_lines(state.unavailable):
-            for part in folded(line, width, "  "):
-                terminalreporter.write_line(part)
+            terminalreporter.write_line(line)
         return
     if state is None or state.report is None:
         return
+    # the terminal's width (pytest's writer; COLUMNS or 80 when not a terminal): the summary folds to it; the
+    # messages after it stay one line each, as a reader or a script searches for them
+    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or shutil.get_terminal_size().columns
     directory = config.getoption("report")
     terminalreporter.section("claims x implementations")
     for line in terminal_lines(state.report, width, directory):
         terminalreporter.write_line(line)
     if state.report.get("kernels"):
-        for line in folded(summary_line(state.report["kernels"]), width, "  "):
-            terminalreporter.write_line(line)
+        terminalreporter.write_line(summary_line(state.report["kernels"]))
     for warning in state.warnings:
         error = warning.startswith("ERROR")
-        for line in folded(warning, width, "  "):
-            terminalreporter.write_line(line, red=error, yellow=not error)
+        terminalreporter.write_line(warning, red=error, yellow=not error)
     if directory:
-        for line in folded(f"report written to {directory}/report.json, report.md, report.html", width, "  "):
-            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"report written to {directory}/report.json, report.md, report.html")
