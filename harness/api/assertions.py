@@ -32,6 +32,20 @@ def _element(what: str, position: tuple[int, ...]) -> str:
     return f"{what}[{', '.join(map(str, position))}]" if position else what
 
 
+def allowance_line(allowance: Allowance, position: tuple[int, ...], shape: tuple[int, ...], *,
+                   what: str = "out") -> str:
+    """The allowance at one element, term by term, naming the largest: 'allowed 3.1e-03 at out[0, 1] =
+    2 x naive float16 error 3.1e-03 (dominant), output rounding 4.9e-04'; a one-term allowance by its rule."""
+    allowed = float(np.broadcast_to(allowance.bound, shape)[position])
+    head = f"allowed {allowed:.3g} at {_element(what, position)}"
+    if not allowance.terms:
+        return f"{head}: {allowance.rule}"
+    terms = allowance.at(position, shape)
+    dominant = max(range(len(terms)), key=lambda i: terms[i][1])
+    return f"{head} = " + ", ".join(f"{name} {value:.3g}" + (" (dominant)" if i == dominant else "")
+                                    for i, (name, value) in enumerate(terms))
+
+
 def compare(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what: str = "out") -> Comparison:
     """Compare element by element; NaN or Inf in the error counts as over the allowance."""
     if not isinstance(allowance, Allowance):
@@ -56,7 +70,7 @@ def compare(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what
         f"worst element {_element(what, worst)}: got {float(got[worst])!r}, expected {float(expected[worst])!r}, "
         f"|error| {error[worst]:.3g} > allowed {bound[worst]:.3g}",
         f"elements over tolerance: {int(bad.sum())} of {bad.size}" + (f" ({nan} NaN)" if nan else ""),
-        f"tolerance: {allowance.rule}",
+        allowance_line(allowance, worst, expected.shape, what=what),
     )
     return Comparison(float(badness[worst]), details)
 
@@ -65,6 +79,7 @@ def assert_within(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *
                   versus: str = "the float64 oracle", claim: str | None = None) -> float:
     """Raise a PropertyViolation naming the worst element unless |got - expected| <= allowance everywhere;
     return the largest error / allowed. `claim` names the claim when a test checks several."""
+    __tracebackhide__ = True
     comparison = compare(got, expected, allowance, what=what)
     if not comparison.within:
         raise PropertyViolation(f"{what} differs from {versus} beyond the tolerance", details=comparison.details,

@@ -16,6 +16,7 @@ from specs.strategies import block_sizes, tile_limit
 
 def check_any_block_sizes(variant: Variant, data: st.DataObject, keywords: tuple[str, ...]) -> None:
     """Draw a size for each keyword (1, sizes dividing nothing, larger than n) and a problem reaching past them."""
+    __tracebackhide__ = True
     blocks = {keyword: data.draw(block_sizes(), label=keyword) for keyword in keywords}
     caps = variant.capabilities
     causal = caps.causal and data.draw(st.booleans(), label="causal")

@@ -32,6 +32,7 @@ def one_hot_problem(trial: Trial, problem: Problem) -> Problem:
 
 def observe_weights(trial: Trial, problem: Problem | None = None, **extra) -> ObservedWeights:
     """Call the implementation with one-hot values and read its weights off the output."""
+    __tracebackhide__ = True
     observed = one_hot_problem(trial, problem or trial.problem)
     out = trial.call(observed, **extra)
     oracle, allowance = trial.oracle(observed)

@@ -1,21 +1,38 @@
-"""The reproduction snippet of a failed property: Python that rebuilds the input and shows the failure."""
+"""The reproduction snippet of a failed property: Python that rebuilds the input and shows the failure (by
+default it runs the property's comparison with the oracle and prints the verdict, as `verdict` words it)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
+from harness.api.assertions import compare
 from harness.engine.call_state import seeding_lines
 from specs.dtypes import EXTENSION_DTYPES, is_extension
 from specs.problems import STEP_IMPORTS, Problem
+from specs.tolerance import Allowance
 
 # what a derivation step may use (specs.problems.STEP_IMPORTS), then what the snippet itself needs
 IMPORTS = (
     *STEP_IMPORTS,
     "from harness.engine.guarded_call import as_float64",
+    "from harness.api.repro import verdict",
     "from protocol.registry import load_impl",
     "from specs.layouts import to_layout",
     "from specs.reference import attention",
+    "from specs.tolerance import forward_allowance",
 )
+
+
+def verdict(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what: str = "out",
+            versus: str = "the float64 oracle") -> str:
+    """The comparison a property makes, worded for a reader: PASS with the largest |error| / allowed, or FAIL
+    with the worst element, the count over the tolerance and the allowance's terms there."""
+    comparison = compare(got, expected, allowance, what=what)
+    if comparison.within:
+        return f"PASS: {what} is within the tolerance of {versus} (largest |error| / allowed {comparison.ratio:.3g})"
+    return "\n".join([f"FAIL: {what} differs from {versus} beyond the tolerance", *comparison.details])
 
 
 def call_line_for(extra: dict, args: str = "q, k, v", *, global_seed: int | None = None) -> str:
@@ -46,9 +63,11 @@ def index_code(index: tuple) -> str:
 
 
 def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
-                  call_line: str | None = None, script: str | None = None) -> str:
+                  call_line: str | None = None, script: str | None = None, past_range: bool = False) -> str:
     """Rebuild `problem`, load the implementation `target`, lay the inputs out as the property did, then
-    run `script` if given, else `call_line` (default: call_line_for({})) and print its distance from the oracle.
+    run `script` if given, else `call_line` (default: call_line_for({})) and, when it assigns `out`, print the
+    verdict of that output against the oracle within specs.tolerance.forward_allowance (`past_range` as the trial
+    judged it).
     Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
     problem.check_code()
     lines = [
@@ -61,10 +80,14 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
     if script is not None:
         return "\n".join(lines + [script])
+    call = call_line or call_line_for({})
+    lines.append(call)
+    if not re.search(r"^out = ", call, re.MULTILINE):
+        return "\n".join(lines)  # the call computes something else (a backward's dq, dk, dv): it ends the snippet
+    past = ", past_range=True" if past_range else ""
     lines += [
-        call_line or call_line_for({}),
-        "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
-        f"causal_alignment={causal_alignment!r})",
-        "print(np.abs(as_float64(out) - oracle.out).max())",
+        f"oracle, allowance = forward_allowance(*(x.astype(float) for x in (q, k, v)), dtype={dtype!r}{past}, "
+        f"**p.kwargs(), causal_alignment={causal_alignment!r})",
+        "print(verdict(as_float64(out), oracle.out, allowance))",
     ]
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 A call that breaks CONTRACT 1 (harness.engine.guarded_call; a crash of an isolated worker, harness.engine.isolation)
 and a comparison beyond the tolerance (harness.api.assertions) both fail the property with a violation that
-carries the input and a reproduction snippet (harness.api.repro); the run goes on.
+carries the input and a reproduction snippet (harness.api.repro); the run goes on. The helpers on that path
+set `__tracebackhide__`, so pytest's traceback shows the property's line and the violation, not their frames.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Trial:
     # -- calls --------------------------------------------------------------
     def call_raw(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> object:
         """Call the implementation; turn any exception or overrun into a violation."""
+        __tracebackhide__ = True
         problem = problem or self.problem
         return self.call_on(self.inputs(problem), problem, global_seed=global_seed, **extra)
 
@@ -95,6 +97,7 @@ class Trial:
                 global_seed: int | None = None, **extra) -> object:
         """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them);
         `global_seed` seeds the global generators where the call runs, just before it (harness.engine.call_state)."""
+        __tracebackhide__ = True
         impl = self.variant.impl
         kwargs = {**problem.kwargs(), **extra}
         started = time.perf_counter()
@@ -111,6 +114,7 @@ class Trial:
 
     def call(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> np.ndarray:
         """The implementation's output as float64, after checking its type, shape and dtype."""
+        __tracebackhide__ = True
         problem = problem or self.problem
         raw = self.call_raw(problem, global_seed=global_seed, **extra)
         return self.check_output(raw, problem, call_line=call_line_for(extra, global_seed=global_seed))
@@ -119,6 +123,7 @@ class Trial:
                      expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:
         """The output as float64 after checking its type, shape and dtype, and (finite=True) that it is finite
         wherever the oracle is; finite=False leaves non-finite values for the caller to judge."""
+        __tracebackhide__ = True
         b, h, n_q, _ = problem.q.shape
         try:
             out = checked_array(raw, shape=expect_shape or (b, h, n_q, problem.v.shape[-1]), dtype=self.dtype)
@@ -147,10 +152,11 @@ class Trial:
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
              call_line: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several."""
+        __tracebackhide__ = True
         problem = problem or self.problem
         repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
                               layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,
-                              call_line=call_line, script=script)
+                              call_line=call_line, script=script, past_range=self.past_range)
         fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim)
         violation = PropertyViolation(summary, **fields)
         running = RUNNING.get()
@@ -158,8 +164,10 @@ class Trial:
             running.count.failed()
         if running is not None and all_expected((claim,) if claim else running.claims, self.variant,
                                                 running.prop, violation.message()):
-            raise DeclaredViolation(summary, **fields)
-        raise violation
+            raise DeclaredViolation(summary, **fields) from None
+        # from None: the violation says what failed; what it was handling (a CallFailed, say) stays in
+        # __context__ without its frames in the traceback
+        raise violation from None
 
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
@@ -167,6 +175,7 @@ class Trial:
                      script: str | None = None, claim: str | None = None) -> float:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere; else return the
         largest |error| / allowed (the headroom, for evidence)."""
+        __tracebackhide__ = True
         comparison = compare(got, expected, allowance, what=what)
         if comparison.within:
             self._target(comparison.ratio, what)
@@ -180,6 +189,7 @@ class Trial:
         this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance; returns the
         largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive:
         the repro replays its steps."""
+        __tracebackhide__ = True
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
@@ -206,6 +216,7 @@ class Trial:
         (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance);
         returns the largest |error| / allowed. `transformed` must come from this trial's problem through
         Problem.derive: the repro replays its steps."""
+        __tracebackhide__ = True
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
@@ -228,6 +239,7 @@ class Trial:
         """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of
         its outputs that must equal it: a metamorphic comparison, so a wrong formula that is wrong the same
         way both times is not blamed on the property that compares them."""
+        __tracebackhide__ = True
         contiguous = Trial(self.variant, problem or self.problem)
         out, allowance, own = contiguous.output_with_own_bound(contiguous.problem)
         return out, metamorphic_allowance(allowance, allowance, own, own)
@@ -235,6 +247,7 @@ class Trial:
     def output_with_own_bound(self, problem: Problem) -> tuple[np.ndarray, Allowance, Allowance]:
         """The output on `problem`, its oracle allowance, and the bound on the rounding of whatever weights the
         implementation applies (specs.tolerance.own_rounding_bound, read from its output on |V|)."""
+        __tracebackhide__ = True
         out = self.call(problem)
         oracle, allowance = self.oracle(problem)
         on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))"))
@@ -260,6 +273,7 @@ def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:
 
 def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool = False, **extra) -> None:
     """The central check: the implementation's output is within the tolerance model of the oracle."""
+    __tracebackhide__ = True
     trial = Trial(variant, problem, past_range=past_range)
     oracle, allowance = trial.oracle()
     trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))

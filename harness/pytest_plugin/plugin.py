@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
@@ -35,7 +36,8 @@ from harness.engine.verdicts import USER_PROPERTY, Contribution, Outcome, RunSta
 from harness.pytest_plugin.accept import write_accepted
 from harness.pytest_plugin.stale_rows import record_names, stale_rows, suite_properties
 from harness.reporting.kernel_resources import summary_line, wanted
-from harness.reporting.report import build_report, matrix_lines, write_report
+from harness.reporting.report import build_report, write_report
+from harness.reporting.report_text import terminal_lines
 from protocol.expectations import load_table, tables
 from protocol.registry import (
     BACKENDS,
@@ -384,14 +386,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     if state is None or state.report is None:
         return
+    # the terminal's width (pytest's writer; COLUMNS or 80 when not a terminal): the summary folds to it; the
+    # messages after it stay one line each, as a reader or a script searches for them
+    width = getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or shutil.get_terminal_size().columns
+    directory = config.getoption("report")
     terminalreporter.section("claims x implementations")
-    for line in matrix_lines(state.report):
+    for line in terminal_lines(state.report, width, directory):
         terminalreporter.write_line(line)
     if state.report.get("kernels"):
         terminalreporter.write_line(summary_line(state.report["kernels"]))
     for warning in state.warnings:
         error = warning.startswith("ERROR")
         terminalreporter.write_line(warning, red=error, yellow=not error)
-    directory = config.getoption("report")
     if directory:
         terminalreporter.write_line(f"report written to {directory}/report.json, report.md, report.html")

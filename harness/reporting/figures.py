@@ -5,8 +5,11 @@ Three sources, all from this run:
   implementation's evidence in it;
 - the seeds' worked examples, drawn from the float64 oracle;
 - each failing verdict of a claim that holds (so the implementation, not the seed's sentence, is wrong)
-  whose counterexample is small: the oracle's weights, the implementation's (read through one-hot
-  values, harness.api.observe) and their difference.
+  whose counterexample is small, drawn as what failed (counterexample_picture): the gradient the backward
+  got wrong (oracle, implementation, difference) for a gradient failure; the output's non-finite pattern
+  against the one exact arithmetic gives for a failure on non-finite inputs or outputs (poisoning, NaN
+  propagation); otherwise the weights the implementation applied (read through one-hot values,
+  harness.api.observe) against the oracle's, when they differ. None when nothing fits.
 Without matplotlib there are no pictures, and the report says why.
 """
 
@@ -16,14 +19,16 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from protocol.registry import Variant
 from specs import examples
+from specs.gradients import attention_backward
 from specs.problems import Problem, rebuild
-from specs.reference import attention
+from specs.reference import attention, repeat_kv
 
 FOLDER = "figures"
 OUTLIER = 0.05  # a curve further than 5 % (relative) from the implementations' median is drawn on its own
@@ -122,14 +127,17 @@ def _draw_curves(canvas: _Canvas, name: str, records: list[dict]) -> None:
     canvas.save(figure, _file_name(name), caption, _claims(records), source="exhibit")
 
 
-def _heatmap(axes, matrix: np.ndarray, title: str, *, diverging: bool = False, annotate: bool = True) -> None:
+def _heatmap(axes, matrix: np.ndarray, title: str, *, diverging: bool = False, annotate: bool = True,
+             labels: tuple[str, str] = ("key j", "query i"), top: float | None = None) -> None:
+    """`top`: the colour map's upper end (default: the matrix's largest entry)."""
     if diverging:
-        limit = float(np.max(np.abs(matrix))) or 1.0
+        limit = float(np.nanmax(np.abs(matrix), initial=0.0)) or 1.0
         image = axes.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
     else:
-        image = axes.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(float(np.max(matrix)), 1e-12))
+        top = max(float(np.nanmax(matrix, initial=0.0)), 1e-12) if top is None else top
+        image = axes.imshow(matrix, cmap="viridis", vmin=0.0, vmax=top)
     axes.set_title(title, fontsize=8)
-    axes.set_xlabel("key j", fontsize=7), axes.set_ylabel("query i", fontsize=7)
+    axes.set_xlabel(labels[0], fontsize=7), axes.set_ylabel(labels[1], fontsize=7)
     axes.tick_params(labelsize=6)
     axes.set_xticks(range(matrix.shape[1])), axes.set_yticks(range(matrix.shape[0]))
     if annotate and matrix.size <= 36:
@@ -192,39 +200,153 @@ def _draw_worked_examples(canvas: _Canvas) -> None:
                 source="worked-examples")
 
 
-def _observed_pair(variant: Variant, problem: Problem) -> tuple[np.ndarray, np.ndarray] | None:
-    """The oracle's and the implementation's weights on `problem`'s inputs, or None when they cannot be seen."""
+GRADIENT_SUMMARY = re.compile(r"^d[QKV]\b")
+NON_FINITE_SUMMARY = re.compile(r"\b(nan|-?inf|NaN|non-finite)\b")
+GRADIENT_CALL = re.compile(r"^d_out = .*$", re.MULTILINE)  # the line of a gradient property's repro that draws dO
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What a counterexample's figure shows: its kind, its panels (title -> 2-D array, one head) and a caption."""
+
+    kind: str  # "gradients", "non-finite" or "weights"
+    panels: dict[str, np.ndarray]
+    head: tuple[int, int]  # (batch, head) drawn
+    caption: str
+    labels: tuple[str, str] = ("key j", "query i")  # the panels' x and y axes
+    difference: bool = True  # the last panel is implementation - oracle (a diverging colour map)
+
+
+def _summary(verdict: dict) -> str:
+    return next((line.strip() for line in (verdict.get("detail") or "").splitlines() if line.strip()), "")
+
+
+def counterexample_kind(verdict: dict, problem: Problem) -> str:
+    """The picture a failure calls for: "gradients" when the backward is what failed (its summary names dQ, dK
+    or dV, or its repro draws dO), "non-finite" when the failure is about NaN or Inf (non-finite inputs, or a
+    summary naming them), else "weights"."""
+    summary = _summary(verdict)
+    if GRADIENT_SUMMARY.match(summary) or GRADIENT_CALL.search((verdict.get("counterexample") or {}).get("repro", "")):
+        return "gradients"
+    if NON_FINITE_SUMMARY.search(summary) or not all(np.all(np.isfinite(x)) for x in (problem.q, problem.k,
+                                                                                       problem.v)):
+        return "non-finite"
+    return "weights"
+
+
+def _worst_head(badness: np.ndarray) -> tuple[int, int]:
+    """(batch, head) of the largest entry of `badness` (batch, heads, ...); NaN counts as the largest."""
+    flat = np.nan_to_num(badness.astype(float), nan=np.inf)
+    index = np.unravel_index(int(np.argmax(flat)), flat.shape)
+    return int(index[0]), int(index[1])
+
+
+def expected_non_finite(problem: Problem, allowed: np.ndarray | None) -> np.ndarray:
+    """Where exact attention on the problem's inputs is NaN or Inf (batch, heads, n_q, d_v): out_ic reads q_i, the
+    keys row i sees, and column c of their values."""
+    group = problem.q.shape[1] // problem.k.shape[1]
+    bad_q = ~np.all(np.isfinite(problem.q), axis=-1)
+    bad_k = ~np.all(np.isfinite(repeat_kv(problem.k, group)), axis=-1)
+    bad_v = ~np.isfinite(repeat_kv(problem.v, group))
+    sees = np.broadcast_to(True if allowed is None else allowed, problem.q.shape[:3] + (problem.n_k,))
+    rows = bad_q | np.any(sees & bad_k[..., None, :], axis=-1)
+    return rows[..., None] | (sees.astype(float) @ bad_v.astype(float) > 0)
+
+
+def _non_finite_picture(verdict: dict, variant: Variant, problem: Problem) -> Picture | None:
+    from harness.api.trial import Trial
+
+    trial = Trial(variant, problem)
+    out = trial.check_output(trial.call_raw(problem), problem, finite=False)
+    allowed = attention(*(x.astype(np.float64) for x in trial.inputs(problem)), **trial.oracle_kwargs(problem),
+                        finite=False).allowed
+    expected, got = expected_non_finite(problem, allowed), ~np.isfinite(out)
+    if not (expected.any() or got.any()):
+        return None
+    head = _worst_head(np.sum(expected != got, axis=(-1, -2)) + 1e-3 * np.sum(got | expected, axis=(-1, -2)))
+    wrong = int(np.sum(expected != got))
+    return Picture("non-finite", {"non-finite in exact arithmetic": expected[head].astype(float),
+                                  f"non-finite in {verdict['impl'][:32]}": got[head].astype(float)}, head,
+                   f"`{verdict['claim']}` fails on {verdict['impl']}: where its output is NaN or Inf (1) against where "
+                   f"exact attention on the same inputs is, on the smallest failing input (batch, head {head}); "
+                   f"{wrong} element{'s' * (wrong != 1)} disagree.", ("value column c", "query i"), difference=False)
+
+
+def _gradient_picture(verdict: dict, variant: Variant, problem: Problem) -> Picture | None:
+    """The gradient the summary names (else the one furthest from the oracle's), for dO as the repro draws it."""
+    from harness.api.trial import Trial
+    from harness.engine.backward import backward_of
+
+    repro = (verdict.get("counterexample") or {}).get("repro", "")
+    line = GRADIENT_CALL.search(repro)
+    if line is None or "d_out, **p.kwargs())" not in repro:
+        return None  # dO is not drawn as the gradient properties draw it, or the call takes more keywords
+    trial = Trial(variant, problem)
+    q, k, v = trial.inputs(problem)
+    names = {"np": np, "q": q, "k": k, "v": v}
+    exec(line.group(0), names)  # the report's own repro line that drew dO
+    d_out = names["d_out"]
+    got = [g.astype(np.float64) for g in backward_of(variant.impl, q, k, v, d_out, **problem.kwargs())]
+    exact = attention_backward(*trial.exact_inputs(problem), d_out.astype(np.float64), **trial.oracle_kwargs(problem))
+    differences = [g - e for g, e in zip(got, exact, strict=True)]
+    named = GRADIENT_SUMMARY.match(_summary(verdict))
+    worst = [float(np.max(np.nan_to_num(np.abs(d), nan=np.inf), initial=0.0)) for d in differences]
+    which = "QKV".index(named.group(0)[1]) if named else int(np.argmax(worst))
+    name = f"d{'QKV'[which]}"
+    head = _worst_head(np.abs(differences[which]))
+    return Picture("gradients", {f"{name}, float64 oracle": exact[which][head], f"{name}, {verdict['impl'][:36]}":
+                                 got[which][head], f"{name}: implementation - oracle": differences[which][head]},
+                   head, f"`{verdict['claim']}` fails on {verdict['impl']}: {name} on the smallest failing input "
+                         f"(batch, head {head}), largest difference {worst[which]:.3g}.", ("feature", "token"))
+
+
+def _weights_picture(verdict: dict, variant: Variant, problem: Problem) -> Picture | None:
+    """The weights the implementation applied against the oracle's, when they differ beyond their allowance."""
     from harness.api.observe import observe_weights
     from harness.api.trial import Trial
 
-    if problem.n_q > LARGEST_COUNTEREXAMPLE or problem.n_k > LARGEST_COUNTEREXAMPLE:
-        return None
     if not variant.capabilities.value_dim and problem.q.shape[-1] < problem.n_k:
         return None  # one-hot values need d_v >= n_k, and this implementation takes only d_v = d
-    try:
-        observed = observe_weights(Trial(variant, problem))
-    except Exception:  # the implementation fails on it (its bug report says how) or the weights are unreadable
+    observed = observe_weights(Trial(variant, problem))
+    oracle, got = observed.oracle.weights, observed.weights
+    difference = got - oracle
+    over = ~(np.abs(difference) <= np.broadcast_to(observed.allowance.bound, difference.shape))
+    if not over.any():
+        return None  # its weights are the oracle's: a weights picture would show nothing of what failed
+    head = _worst_head(np.abs(difference))
+    biggest = float(np.nanmax(np.abs(difference))) if np.any(np.isfinite(difference)) else float("nan")
+    return Picture("weights", {"float64 oracle": oracle[head], verdict["impl"][:40]: got[head],
+                               "implementation - oracle": difference[head]}, head,
+                   f"`{verdict['claim']}` fails on {verdict['impl']}: the weights it applied on the smallest failing "
+                   f"input (batch, head {head}), largest difference {biggest:.3g}.")
+
+
+PICTURES = {"gradients": _gradient_picture, "non-finite": _non_finite_picture, "weights": _weights_picture}
+
+
+def counterexample_picture(verdict: dict, variant: Variant) -> Picture | None:
+    """The picture of what failed on the verdict's counterexample (counterexample_kind), or None when nothing
+    fits: the input is too large to read, the implementation fails on it otherwise, or the data shows no fault."""
+    problem = rebuild(verdict["counterexample"]["problem"])
+    if problem.n_q > LARGEST_COUNTEREXAMPLE or problem.n_k > LARGEST_COUNTEREXAMPLE:
         return None
-    return observed.oracle.weights, observed.weights
+    try:
+        return PICTURES[counterexample_kind(verdict, problem)](verdict, variant, problem)
+    except Exception:  # the implementation fails on it another way (its bug report says how)
+        return None
 
 
 def _draw_counterexample(canvas: _Canvas, verdict: dict, variant: Variant) -> bool:
-    """Draw it when the weights can be read off; say whether it was drawn."""
-    problem = rebuild(verdict["counterexample"]["problem"])
-    pair = _observed_pair(variant, problem)
-    if pair is None:
+    """Draw what failed when a picture fits; say whether it was drawn."""
+    picture = counterexample_picture(verdict, variant)
+    if picture is None:
         return False
-    oracle, got = pair
-    difference = got - oracle
-    worst = np.unravel_index(int(np.argmax(np.nan_to_num(np.abs(difference), nan=np.inf))), difference.shape)[:2]
-    figure, axes = canvas.plt.subplots(1, 3, figsize=(10, 3.2))
-    _heatmap(axes[0], oracle[worst], "float64 oracle")
-    _heatmap(axes[1], got[worst], verdict["impl"][:40])
-    _heatmap(axes[2], difference[worst], "implementation - oracle", diverging=True)
-    biggest = float(np.nanmax(np.abs(difference))) if np.any(np.isfinite(difference)) else float("nan")
-    canvas.save(figure, _file_name("counterexample", verdict["claim"], verdict["impl"]),
-                f"`{verdict['claim']}` fails on {verdict['impl']}: the weights it applied on the smallest failing "
-                f"input (batch, head {tuple(int(i) for i in worst)}), largest difference {biggest:.3g}.",
+    figure, axes = canvas.plt.subplots(1, len(picture.panels), figsize=(3.4 * len(picture.panels), 3.2))
+    last = len(picture.panels) - 1
+    for i, (ax, (title, matrix)) in enumerate(zip(axes, picture.panels.items(), strict=True)):
+        _heatmap(ax, matrix, title, diverging=picture.difference and i == last, labels=picture.labels,
+                 top=1.0 if picture.kind == "non-finite" else None)  # a pattern: 1 where NaN or Inf
+    canvas.save(figure, _file_name("counterexample", verdict["claim"], verdict["impl"]), picture.caption,
                 [verdict["claim"]], source="counterexample", impl=verdict["impl"])
     return True
 

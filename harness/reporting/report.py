@@ -1,4 +1,5 @@
-"""CONTRACT 2's outputs: the claims x implementations verdicts, as report.json / .md / .html and a terminal matrix.
+"""CONTRACT 2's outputs: the claims x implementations verdicts, as report.json / .md / .html (the terminal's
+matrix: harness.reporting.report_text.terminal_lines).
 
 report.json holds at least
   {"schema": 1, "impls": [names], "claims": [{"slug", "source", "statement"}],
@@ -20,7 +21,7 @@ from harness.engine.verdicts import STATUSES, RunState, aggregate
 from harness.reporting.figures import draw_figures
 from harness.reporting.kernel_resources import markdown_lines
 from harness.reporting.report_html import render_html
-from harness.reporting.report_text import exhibit_tables, reading_claims, tally, verdict_symbol
+from harness.reporting.report_text import exhibit_tables, grid, reading_claims, tally, verdict_symbol
 from protocol.registry import Variant
 from specs.readings import READINGS
 
@@ -83,41 +84,6 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None,
     }
 
 
-def _grid(report: dict) -> tuple[list[str], dict[tuple[str, str], dict]]:
-    cells = {(v["claim"], v["impl"]): v for v in report["verdicts"]}
-    claims = [c["slug"] for c in report["claims"] if any((c["slug"], s) in cells for s in report["impls"])]
-    return claims, cells
-
-
-def _time(seconds: dict | None) -> str:
-    if not seconds:
-        return ""
-    return f"{seconds['tests']:7.1f} s" + (f" (its calls {seconds['calls']:.1f} s)" if seconds["calls"] else "")
-
-
-def matrix_lines(report: dict) -> list[str]:
-    """The terminal matrix: one row per claim, one column per implementation (numbered)."""
-    claims, cells = _grid(report)
-    subjects = report["impls"]
-    width = max((len(c) for c in claims), default=10)
-    times = report.get("time_s", {})
-    lines = [f"  {i + 1:>2}  {name:<40} {_time(times.get(name))}" for i, name in enumerate(subjects)]
-    lines.append("")
-    lines.append(" " * width + "  " + "".join(f"{i + 1:>3}" for i in range(len(subjects))))
-    for slug in claims:
-        lines.append(f"{slug:<{width}}  " + "".join(f"{verdict_symbol(cells.get((slug, s))):>3}" for s in subjects))
-    lines.append("")
-    lines.append("+ pass   F fail   x fail, declared (known defect or false seed sentence)   "
-                 "E error   s skip   . not applicable")
-    s = report["summary"]
-    lines.append(f"{len(claims)} claims checked on {len(subjects)} subjects: {s['pass']} pass, "
-                 f"{s['expected_fail']} declared fail, {s['unexpected_fail']} unexpected fail, "
-                 f"{s['error']} error, {s['skip']} skip")
-    for item in report["unavailable"]:
-        lines.append(f"not run here: {item['target']} ({item['reason']})")
-    return lines
-
-
 def _markdown_figure(figure: dict) -> list[str]:
     return [f"![{figure['caption'][:80]}]({figure['file']})", "", f"*{figure['caption']}*", ""]
 
@@ -151,7 +117,7 @@ def _markdown_readings(report: dict) -> list[str]:
 
 
 def _markdown(report: dict) -> str:
-    claims, cells = _grid(report)
+    claims, cells = grid(report)
     by_slug = {c["slug"]: c for c in report["claims"]}
     subjects = report["impls"]
     out = ["# Attention claims x implementations", ""]

@@ -12,7 +12,7 @@ import html
 from collections import defaultdict
 
 from harness.reporting.kernel_resources import html_section
-from harness.reporting.report_text import exhibit_tables, reading_claims, tally, verdict_symbol
+from harness.reporting.report_text import bug_ids, exhibit_tables, reading_claims, tally, verdict_symbol
 from specs.readings import READINGS, SEED_TITLES
 
 esc = html.escape
@@ -33,11 +33,6 @@ td.declared{background:#ffe2a8} td.skip{background:#eee} td a{color:inherit;text
 pre{background:#f6f6f6;padding:6px;overflow:auto;max-width:100%} section.bug{border-top:1px solid #ccc;margin-top:1em}
 .unexpected{color:#b00;font-weight:bold}
 """
-
-
-def _bug_ids(report: dict) -> dict[tuple[str, str], str]:
-    failing = [v for v in report["verdicts"] if v["status"] in ("fail", "error")]
-    return {(v["claim"], v["impl"]): f"bug-{i + 1}" for i, v in enumerate(failing)}
 
 
 def _figure(figure: dict) -> str:
@@ -152,7 +147,7 @@ def _bug_reports(report: dict, figures: list[dict], bugs: dict) -> str:
 def render_html(report: dict) -> str:
     figures_section = report.get("figures") or {"drawn": [], "notes": []}
     figures = figures_section["drawn"]
-    bugs = _bug_ids(report)
+    bugs = bug_ids(report)
     s = report["summary"]
     checked = len({v["claim"] for v in report["verdicts"]})
     contents = ["readings", "worked-examples", "matrix", "bugs", "not-checkable", "not-run"]

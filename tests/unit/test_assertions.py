@@ -35,7 +35,7 @@ def test_failure_names_the_worst_element_the_count_over_and_the_rule():
     assert violation.details == (
         "worst element weights[1, 2]: got 5.5, expected 5.0, |error| 0.5 > allowed 0.1",
         "elements over tolerance: 2 of 6",
-        "tolerance: a tenth each",
+        "allowed 0.1 at weights[1, 2]: a tenth each",
     )
     assert violation.claim is None
 

@@ -1,7 +1,7 @@
 """Classify the surviving mutants of the tolerance model (`python -m tools.mutmut.classify_tolerance_mutants`, after
 `mutmut run`; tox -e mutants runs it).
 
-A surviving mutant of specs/tolerance.py either only loosens an allowance (every bound it gives on a fixed
+A surviving mutant of specs/tolerance/ either only loosens an allowance (every bound it gives on a fixed
 set of problems is at least the original's: killing it would need a test that hard-codes the formula, which
 the suite does not do), or tightens one somewhere (a real gap: correct code stays inside the tightened
 bound on the suite's tests, or no test reaches that input), or breaks it (an error or NaN). The mutant is
@@ -65,11 +65,12 @@ def classify(name: str, tolerance, original: list[np.ndarray]) -> str:
 
 
 def main() -> int:
-    meta = ROOT / "mutants" / "specs" / "tolerance.py.meta"
-    if not meta.exists():
-        print("no mutmut results for specs/tolerance.py: run `mutmut run` first")
+    metas = sorted((ROOT / "mutants" / "specs" / "tolerance").glob("*.py.meta"))
+    if not metas:
+        print("no mutmut results for specs/tolerance/: run `mutmut run` first")
         return 1
-    survivors = [name for name, code in json.loads(meta.read_text())["exit_code_by_key"].items() if code == 0]
+    survivors = [name for meta in metas
+                 for name, code in json.loads(meta.read_text())["exit_code_by_key"].items() if code == 0]
     sys.path.insert(0, str(ROOT / "mutants"))
     os.environ["MUTANT_UNDER_TEST"] = ""
     from specs import tolerance

@@ -1,0 +1,160 @@
+"""The gradient model: the forward model carried through the backward's products (dQ, dK, dV), and the
+float64 bound of a complex-step directional derivative."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specs.dtypes import finfo, numpy_dtype
+from specs.gradients import attention_backward, sum_groups
+from specs.reference import AttentionResult, attention, repeat_kv
+from specs.tolerance.model import (
+    LAMBDA,
+    SAFETY,
+    SUPPORTED_DTYPES,
+    Allowance,
+    ToleranceUndefined,
+    _first_order_terms,
+    _merge_magnitude,
+    unit_roundoff,
+)
+
+K_GRADIENT = 4.0  # FlashAttention's rule for gradients: k = 3-5 times the naive error (DESIGN.md)
+
+
+@dataclass(frozen=True)
+class GradientOracle:
+    """The float64 backward of one problem and the error allowed to each gradient."""
+
+    grads: tuple[np.ndarray, np.ndarray, np.ndarray]  # dQ, dK, dV
+    allowances: tuple[Allowance, Allowance, Allowance]
+
+
+def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, gamma, relative,
+                          stored_u: float = 0.0) -> tuple:
+    """First-order bounds on |error| of dQ, dK, dV, propagated through the backward's products.
+
+    Each weight carries a relative error `relative` (..., n_q, 1); a length-n sum of products errs by
+    gamma(n) times the sum of the magnitudes; every elementwise step by u. With W the applied weights
+    (after dropout), z = W / P, D_i = sum_c dO_ic O_ic:
+      dV = W^T dO            |e| <= (rel W)^T |dO| + gamma(n_q g) W^T |dO|
+      dP = (dO V^T) z        |e| <= gamma(d_v) (|dO| |V|^T) z
+      D                      |e| <= (gamma(d_v) + stored_u) sum |dO| |O| + sum |dO| (rel + gamma(n_k)) W|V|
+                             (stored_u: the forward's output read back as stored, rounded to its dtype)
+      dS = P (dP - D)        |e| <= (rel + 2u) P |dP - D| + P (|e_dP| + |e_D|)
+      dQ = s dS K            |e| <= s (|e_dS| |K| + gamma(n_k) |dS| |K|)
+      dK = s dS^T Q          |e| <= s (|e_dS|^T |Q| + gamma(n_q g) |dS|^T |Q|)   (g query heads per kv head)
+    """
+
+    heads_kv = k.shape[1]
+    group = q.shape[1] // heads_kv
+    k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
+    n_q, n_k, d_v = q.shape[2], k.shape[2], v.shape[3]
+    s = abs(result.scale)
+    p, w = result.weights, result.applied_weights
+    z = np.divide(w, p, out=np.zeros_like(p), where=p > 0)
+    abs_do = np.abs(d_out)
+    abs_v = np.abs(v_all)
+    w_abs_v = w @ abs_v
+    e_dv = (relative * w).swapaxes(-1, -2) @ abs_do + gamma(n_q * group) * (w.swapaxes(-1, -2) @ abs_do)
+    d_p = (d_out @ v_all.swapaxes(-1, -2)) * z
+    e_dp = gamma(d_v) * (abs_do @ abs_v.swapaxes(-1, -2)) * z
+    row_dot = np.sum(d_out * result.out, axis=-1, keepdims=True)
+    e_d = ((gamma(d_v) + stored_u) * np.sum(abs_do * np.abs(result.out), axis=-1, keepdims=True)
+           + np.sum(abs_do * (relative + gamma(n_k)) * w_abs_v, axis=-1, keepdims=True))
+    centred = np.abs(d_p - row_dot)
+    d_s = p * centred
+    e_ds = (relative + 2 * u) * d_s + p * (e_dp + e_d)
+    abs_k, abs_q = np.abs(k_all), np.abs(q)
+    e_dq = s * (e_ds @ abs_k + gamma(n_k) * (d_s @ abs_k))
+    e_dk = s * (e_ds.swapaxes(-1, -2) @ abs_q + gamma(n_q * group) * (d_s.swapaxes(-1, -2) @ abs_q))
+    magnitudes = (s * (d_s @ abs_k), sum_groups(s * (d_s.swapaxes(-1, -2) @ abs_q), heads_kv),
+                  sum_groups(w.swapaxes(-1, -2) @ abs_do, heads_kv))
+    return (e_dq, sum_groups(e_dk, heads_kv), sum_groups(e_dv, heads_kv)), magnitudes
+
+
+def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> GradientOracle:
+    """The float64 gradients of <d_out, attention(q, k, v, **kwargs)> and the error allowed to an
+    implementation computing them in `dtype` (q, k, v, d_out: the values it received, in float64).
+
+    The same model as the forward, carried through the backward's products (_backward_propagation).
+    float64: worst case, gamma(n) = n u, each weight's relative error (2(d+6) A_i + (n_k+4)(1+L_i)) u (the
+    forward's score and normalisation terms; L_i covers weights recomputed as exp(S - LSE)), times SAFETY.
+    float32 / float16 / bfloat16: K_GRADIENT times the naive backward's error in `dtype` (largest of the
+    gradient row), plus a probabilistic floor: the propagation with float32 inside (u_a), gamma(n) =
+    LAMBDA sqrt(n) u_a and relative error LAMBDA u_a (sqrt(d) A_i + 2 L_i + 2) and D_i computed from the output
+    as stored in `dtype` (FlashAttention's backward reads O back: u sum |dO||O| each), plus storage rounding in
+    `dtype`: u |grad| twice (the result and one rounded operand such as P or dS) and u times the gradient's
+    magnitude |dS||K|, |dS|^T|Q|, W^T|dO| (FlashAttention rounds P and dS to `dtype` before the products).
+    """
+
+    dtype = numpy_dtype(dtype)
+    if dtype.name not in SUPPORTED_DTYPES:
+        raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
+    result = attention(q, k, v, **kwargs)
+    grads = attention_backward(q, k, v, d_out, **kwargs)
+    n_k, d = k.shape[2], q.shape[3]
+    row_magnitude, _, _ = _first_order_terms(result, q, k, v)
+    merge = _merge_magnitude(result, n_k)
+    if dtype == np.float64:
+        u = unit_roundoff(np.float64)
+        relative = (2 * (d + 6) * row_magnitude + (n_k + 4) * (1 + merge)) * u
+        errors, _ = _backward_propagation(result, q, k, v, d_out, u=u, gamma=lambda n: n * u, relative=relative)
+        floor = n_k * np.finfo(np.float64).tiny * float(np.abs(d_out).max(initial=0.0))
+        rule = "float64 a-priori backward bound 2*(propagation with gamma(n)=nu, rel=(2(d+6)A_i+(n_k+4)(1+L_i))u)"
+        return GradientOracle(grads, tuple(
+            Allowance(SAFETY * e + floor, rule, (("propagated rounding", SAFETY * e), ("underflow floor", floor)))
+            for e in errors))
+    with np.errstate(all="ignore"):
+        naive = attention_backward(*(x.astype(dtype) for x in (q, k, v, d_out)), **kwargs)
+    if not all(np.all(np.isfinite(g)) for g in naive):
+        raise ToleranceUndefined(f"the naive {dtype} backward overflows on this input")
+    u = unit_roundoff(dtype)
+    u_a = min(u, unit_roundoff(np.float32))
+    relative = LAMBDA * u_a * (math.sqrt(d) * row_magnitude + 2 * merge + 2)
+    errors, magnitudes = _backward_propagation(result, q, k, v, d_out, u=u_a,
+                                               gamma=lambda n: LAMBDA * math.sqrt(n) * u_a, relative=relative,
+                                               stored_u=u)
+    tiny = n_k * float(finfo(np.float32).tiny) * float(np.abs(d_out).max(initial=0.0)) + float(
+        finfo(dtype).smallest_subnormal)
+    allowances = []
+    for exact, approx, error, magnitude in zip(grads, naive, errors, magnitudes, strict=True):
+        naive_error = np.max(np.abs(approx.astype(np.float64) - exact), axis=-1, keepdims=True)
+        storage = u * (2 * np.abs(exact) + magnitude)
+        floor = error + storage + tiny
+        scaled = K_GRADIENT * naive_error
+        terms = ((f"{K_GRADIENT:g} x naive {dtype} backward error of the row", scaled),
+                 (f"propagated rounding floor (float32 inside, LAMBDA={LAMBDA:g})", error),
+                 (f"storage rounding in {dtype}", storage), ("underflow", tiny))
+        allowances.append(Allowance(
+            scaled + floor,
+            f"{dtype}: {K_GRADIENT:g} x the naive {dtype} backward's error of the row (largest "
+            f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms))
+    return GradientOracle(grads, tuple(allowances))
+
+
+def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float | None = None,
+                                     mask: np.ndarray | None = None) -> Allowance:
+    """Allowed |<dO, J E>_complex-step - <grad, E>_analytic| in float64.
+
+    With P the weights and |E_S| = |s| (|E_q| |K|^T + |Q| |E_k|^T) the size of the
+    score perturbation, every term of either computation is bounded by
+    G_ic = sum_j P_ij (|E_v,jc| + (|E_S,ij| + sum_l P_il |E_S,il|) |v_jc|), so both
+    are within (n_k + d + d_v + 10) u M of the exact value, M = sum |dO| G.
+    The bound allows SAFETY times the sum of the two.
+    """
+    e_q, e_k, e_v = directions
+    result = attention(q, k, v, scale=scale, mask=mask)
+    group = q.shape[1] // k.shape[1]
+    k_all, v_all, ek_all, ev_all = (repeat_kv(x, group) for x in (k, v, e_k, e_v))
+    s = abs(result.scale)
+    e_s = s * (np.abs(e_q) @ np.abs(k_all).swapaxes(-1, -2) + np.abs(q) @ np.abs(ek_all).swapaxes(-1, -2))
+    p = result.weights
+    spread = p @ np.abs(ev_all) + (p * e_s) @ np.abs(v_all) + (p * e_s).sum(-1, keepdims=True) * (p @ np.abs(v_all))
+    magnitude = float(np.sum(np.abs(d_out) * spread))
+    n_k, d, d_v = k.shape[2], q.shape[3], v.shape[3]
+    return Allowance(SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude,
+                     "complex step against analytic <grad, E>: 2 * 2(n_k+d+d_v+10)u * sum |dO| G")
