@@ -76,11 +76,14 @@ def test_the_failure_example_fails_as_the_page_shows(run):
 
 def test_the_failure_pages_reproduction_reproduces_it():
     page = FAILURE_PAGE.read_text(encoding="utf-8")
-    error = float(re.search(r"\|error\| ([0-9.e-]+) >", _block(page, "## 2. The violation", "text")).group(1))
+    violation = [line.strip() for line in _block(page, "## 2. The violation", "text").splitlines()]
     done = subprocess.run([sys.executable, "-c", _block(page, "## 3. The reproduction", "python")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout) == pytest.approx(error, rel=1e-3)
+    printed = done.stdout.strip().splitlines()
+    assert printed == _block(page, "## 3. The reproduction", "text").splitlines(), "the page shows another verdict"
+    assert printed[0] == "FAIL: " + violation[0].split(": ", 1)[1]  # the property's own violation, reproduced
+    assert printed[1:] == violation[3:], "the repro's worst element, count and allowance are the violation's"
 
 
 def test_the_new_property_passes_a_correct_implementation_and_catches_a_bias(tmp_path):
