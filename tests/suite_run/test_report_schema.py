@@ -4,21 +4,12 @@ and the schema rejects reports that break the layout a reader relies on."""
 from __future__ import annotations
 
 import copy
-import json
-from importlib import resources
 
 import jsonschema
 import pytest
 
+from tests.fixtures.report_schema import SCHEMA, schema_errors
 from tests.fixtures.runs import run_suite
-
-SCHEMA = json.loads(resources.files("harness.reporting").joinpath("report.schema.json").read_text(encoding="utf-8"))
-VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-
-
-def schema_errors(report: dict) -> list[str]:
-    """Each way `report` breaks the schema, as 'path: message' (empty when it is valid)."""
-    return [f"{error.json_path}: {error.message}" for error in VALIDATOR.iter_errors(report)]
 
 
 @pytest.fixture(scope="module")
