@@ -4,8 +4,8 @@ suite asks this package for its allowance.
 - specs.tolerance.model: the forward model (the float64 a-priori bound, FlashAttention's rule for lower
   precisions, the log-sum-exp, an implementation's own rounding) and Allowance itself;
 - specs.tolerance.algebra: allowances carried through the float64 computations a property makes;
-- specs.tolerance.gradients: the same model carried through the backward;
-- specs.tolerance.readings: the bounds of what the interpretations compute from checked weights.
+- specs.tolerance.gradient_bounds: the same model carried through the backward;
+- specs.tolerance.reading_bounds: the bounds of what the interpretations compute from checked weights.
 
 Every public name is re-exported here: `from specs.tolerance import X`.
 """
@@ -22,7 +22,12 @@ from specs.tolerance.algebra import (
     row_sum_allowance,
     value_shift_allowance,
 )
-from specs.tolerance.gradients import K_GRADIENT, GradientOracle, directional_derivative_allowance, gradient_allowance
+from specs.tolerance.gradient_bounds import (
+    K_GRADIENT,
+    GradientOracle,
+    directional_derivative_allowance,
+    gradient_allowance,
+)
 from specs.tolerance.model import (
     K_FORWARD,
     LAMBDA,
@@ -40,7 +45,7 @@ from specs.tolerance.model import (
     score_perturbation_allowance,
     unit_roundoff,
 )
-from specs.tolerance.readings import (
+from specs.tolerance.reading_bounds import (
     SIMPLEX_OPTIMIZER_VALUE_TOLERANCE,
     cosine_exponent_allowance,
     entropy_allowance,
