@@ -51,7 +51,7 @@ HERE = {"exp2_attention", "lse_halves_attention", "unscaled"}  # from tests/fixt
 
 def _variant(name: str, dtype: str = "float64") -> Variant:
     module = "wrong_head_impls" if name in HERE else "readings_geom_impls"
-    return Variant(load_impl(f"{ROOT}/tests/{module}.py:{name}"), dtype)
+    return Variant(load_impl(f"{ROOT}/tests/fixtures/{module}.py:{name}"), dtype)
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))

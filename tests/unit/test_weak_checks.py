@@ -40,7 +40,7 @@ PROBLEMS = (build(batch=2, heads=4, heads_kv=2, n_q=7, n_k=7, d=5, d_v=7, seed=1
 
 def _trial(target: str, problem, dtype: str = "float64") -> Trial:
     if not target.startswith("impls."):
-        target = f"{ROOT}/tests/wrong_head_impls.py:{target}"
+        target = f"{ROOT}/tests/fixtures/wrong_head_impls.py:{target}"
     return Trial(Variant(load_impl(target), dtype), problem)
 
 
