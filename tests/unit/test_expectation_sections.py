@@ -1,6 +1,6 @@
 """The expectations table's sections (protocol.expectations.SECTIONS): the built-in records' `[[row]]`s and the
 tests' implementations' `[[fixture]]`s, read apart, one key rule across them; any implementation takes the rows of
-its name."""
+its name; the fixtures' rows name only claims, properties and subjects that exist."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import textwrap
 
 import pytest
 
+from harness.pytest_plugin.stale_rows import stale_rows, suite_properties
 from protocol import expectations
-from protocol.expectations import ExpectationTableError, parse_sections, parse_table, register_table
+from protocol.expectations import ExpectationTableError, load_table, parse_sections, parse_table, register_table
 from protocol.registry import load_impl
+from specs.catalogue import load_claims
+from tests.fixtures.expectation_groups import GROUPS
 
 TABLE = """
 [[row]]
@@ -71,3 +74,17 @@ def test_a_plain_function_takes_the_rows_of_its_target(tmp_path, monkeypatch):
     assert (row.subject, row.why) == (target, "a test implementation's")
     assert load_impl(f"{tmp_path / 'mine.py'}:other").known_defects == ()
 
+
+def _names(targets) -> set[str]:
+    try:
+        return {load_impl(target).name for target in targets}
+    except ImportError as exc:
+        pytest.skip(f"{exc.name} is not installed")
+
+
+def test_the_fixture_rows_name_only_what_exists():
+    rows = load_table(section="fixture")
+    assert rows, "the table has no [[fixture]] rows"
+    targets = [target for group in GROUPS.values() for target in group.targets]
+    problems = stale_rows(rows, load_claims(), suite_properties(), _names(targets))
+    assert problems == [], problems
