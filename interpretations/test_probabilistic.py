@@ -55,7 +55,7 @@ def test_output_is_expectation_of_values_under_weights(variant):
     False alarm: ALPHA = 1e-9 per implementation, split over rows x coordinates x checkpoints (union bound);
     over a run of ~70 implementations 7e-8. Power: the same test rejects the uniform mean of V, and an
     implementation that applies other weights to real values than it shows on one-hot ones
-    (tests/suite_run/test_readings_prob_catches.py)."""
+    (tests/suite_run/test_expectations_caught.py)."""
     d_v = 3 if variant.capabilities.value_dim else 12
     problem = build(batch=1, heads=2, heads_kv=2, n_q=12, n_k=12, d=12, d_v=d_v, seed=SEED).scale_queries(2.0)
     trial = Trial(variant, problem)

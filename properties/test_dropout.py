@@ -7,7 +7,7 @@ protocol's `dropout_seed` keyword gets the seed; one without has the global gene
 CuPy's) seeded just before each call, where the call runs (its worker too: harness.engine.call_state). Statistical
 checks use exact binomial tests or Hoeffding's bound at ALPHA per test (specs.statistics: the run's false-
 alarm rate stays below 1e-6); each states its power on the wrong hypothesis, and
-tests/suite_run/test_flash_family_catches.py shows wrong implementations failing them.
+tests/suite_run/test_expectations_caught.py shows wrong implementations failing them.
 """
 
 from __future__ import annotations
@@ -265,5 +265,5 @@ def test_dropout_output_is_unbiased(variant):
     trial.expect_close(mean, oracle.out, bound, what=f"mean output over {REPEATS} seeds",
                        versus="the output without dropout")
     # power: without the 1/(1 - p) the mean tends to (1 - p) O, beyond the bound by more than the radius again
-    # at some element (tests/suite_run/test_flash_family_catches.py runs that implementation)
+    # at some element (tests/suite_run/test_expectations_caught.py runs that implementation)
     assert np.any(DROPOUT_P * np.abs(oracle.out) > 2 * radius + allowance.bound), "no power against no rescale"

@@ -7,7 +7,7 @@ broadcasts; `dropout_p` at 0 (bit for bit the call without dropout) and close to
 1/(1 - p)); the LSE of every row, -inf for a row that sees no key, and rows whose scores are all huge or all
 tiny. Where the naive formula of a lower precision overflows (a huge scale in float16) the tolerance model
 has nothing to scale and the input is rejected (specs.tolerance.ToleranceUndefined). Failure messages name
-the keyword and its value (Edge.describe); tests/suite_run/test_keyword_edges.py shows wrong implementations failing.
+the keyword and its value (Edge.describe); tests/suite_run/test_expectations_caught.py shows wrong ones failing.
 """
 
 from __future__ import annotations

@@ -227,8 +227,7 @@ def load_impl(target: str) -> Impl:
     name = getattr(fn, "attention_name", target)
     try:
         known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
-        if hasattr(fn, "attention_name"):  # a record: its rows of the table
-            known += rows_for(name, capabilities.dtypes)
+        known += rows_for(name, capabilities.dtypes)  # the table's rows of its name (a record's, the zoo's, ...)
     except DefectDeclarationError as exc:
         raise ImplLoadError(str(exc)) from None
     probe = getattr(fn, "attention_probe", None)

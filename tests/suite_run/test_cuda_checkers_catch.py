@@ -1,7 +1,7 @@
-"""Each CPU checker catches the defect it exists for in a broken copy of our SIMT flash kernel, as a user
-would see it (a run with --impl and a report), and passes the correct kernel; and the fixed tile-edge cases
-(impls/cuda/geometry.py) catch two broken copies of the WMMA kernel whose defects lie past its first 64-key
-tile, which the random draws (n <= 48) never reach."""
+"""The CPU checkers' reports on broken copies of our SIMT flash kernel (their rows of impls/expectations.toml:
+tests/suite_run/test_expectations_caught.py, group "cuda-checkers") come with a repro of the launch; and the fixed
+tile-edge cases (impls/cuda/geometry.py) catch two broken copies of the WMMA kernel whose defects lie past its first
+64-key tile, which the random draws (n <= 48) never reach."""
 
 from __future__ import annotations
 
@@ -11,33 +11,27 @@ import pytest
 
 from impls.cuda.runtime.cpu_build import compiler_unavailable
 from protocol.registry import load_impl
+from tests.fixtures.expectation_groups import group_run
 from tests.fixtures.runs import run_suite
 
 pytestmark = pytest.mark.skipif(compiler_unavailable() is not None, reason=str(compiler_unavailable()))
 
 BROKEN = "tests/fixtures/broken_cuda_impls.py"
-CORRECT = "impls.cuda.cuda_flash_simt:flash_simt_on_cpu"
-CAUGHT_BY = {  # broken copy -> (the claim its checker encodes, what the report must say)
-    "missing_sync": ("kernel-race-free", "ThreadSanitizer: data race"),
-    "tile_off_by_one": ("kernel-memory-safe", "AddressSanitizer: heap-buffer-overflow"),
-    "early_return": ("kernel-barrier-uniform", "barrier divergence: a thread of block .* returned while"),
-}
 
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
-    targets = [f"{BROKEN}:{name}" for name in CAUGHT_BY] + [CORRECT]
-    return run_suite("properties/test_cuda_kernels.py", *(a for t in targets for a in ("--impl", t)),
-                     report_dir=tmp_path_factory.mktemp("checkers"))
+    return group_run("cuda-checkers", tmp_path_factory)
 
 
-@pytest.mark.parametrize("name", sorted(CAUGHT_BY))
-def test_the_matching_checker_catches_the_broken_copy(checked, name):
-    claim, report = CAUGHT_BY[name]
-    verdict = checked.verdict(claim, f"{load_impl(f'{BROKEN}:{name}').name}[float32]")
-    assert verdict is not None and verdict["status"] == "fail" and not verdict["expected"], checked.output[-3000:]
-    assert re.search(report, verdict["detail"]), verdict["detail"][:2000]
-    assert "fn.cuda_run(q, k, v" in verdict["counterexample"]["repro"]
+@pytest.mark.parametrize("name", ["missing_sync", "tile_off_by_one", "early_return"])
+def test_a_checkers_report_comes_with_a_repro_of_the_launch(checked, name):
+    """Each broken copy meets its rows there (tests/suite_run/test_expectations_caught.py, group "cuda-checkers");
+    the failure's repro runs the kernel's launch itself."""
+    variant = f"{load_impl(f'{BROKEN}:{name}').name}[float32]"
+    failed = [v for v in checked.report["verdicts"] if v["impl"] == variant and v["status"] == "fail"]
+    assert failed, checked.output[-3000:]
+    assert all("fn.cuda_run(q, k, v" in v["counterexample"]["repro"] for v in failed), failed
 
 
 # broken WMMA copy -> (the claim, the tile-edge property that catches it, the same check on random draws that
@@ -70,8 +64,3 @@ def test_the_tile_edge_cases_catch_what_the_random_draws_miss(past_the_first_til
     assert f"FAILED properties/{catching}[{variant}]" in output, output[-3000:]
     assert f"PASSED properties/{missing}[{variant}]" in output, output[-3000:]
 
-
-def test_the_correct_kernel_passes_every_checker(checked):
-    for claim, _ in CAUGHT_BY.values():
-        verdict = checked.verdict(claim, "cuda-flash-simt-on-cpu[float32]")
-        assert verdict is not None and verdict["status"] == "pass", (claim, verdict)

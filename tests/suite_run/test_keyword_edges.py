@@ -1,6 +1,6 @@
-"""The keyword edges: the oracle at each edge against closed forms, and properties/test_keyword_domain.py
-catching each wrong implementation of tests/fixtures/keyword_edge_impls.py (run as a user would, with --impl and a
-report) while the correct one written unusually passes."""
+"""The keyword edges: the oracle at each edge against closed forms (properties/test_keyword_domain.py catching each
+wrong implementation of tests/fixtures/keyword_edge_impls.py, and passing the correct one written unusually:
+tests/suite_run/test_expectations_caught.py, group "keyword-edges")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from specs.keyword_edges import SCALE_TYPES, SCALE_VALUES
 from specs.problems import build
 from specs.reference import attention
 from specs.validation import AttentionInputError
-from tests.fixtures.runs import run_suite
 
 
 def _two_keys(a: float, b: float):
@@ -111,34 +110,3 @@ def test_dropout_edges_of_the_protocol():
     with pytest.raises(AttentionInputError, match=r"dropout_p must be a number in \[0, 1\)"):
         check_dropout(1.0, 7)
 
-
-IMPLS = "tests/fixtures/keyword_edge_impls.py"
-CAUGHT = {  # function -> (record name, the claims it must fail)
-    "scale_zero_as_default": ("wrong-scale-zero-as-default", {"scale-keyword-domain"}),
-    "scale_absolute": ("wrong-scale-absolute", {"scale-keyword-domain"}),
-    "square_mask_transposed": ("wrong-square-mask-transposed", {"mask-keyword-domain"}),
-    "dropout_zero_takes_dropout_path": ("wrong-dropout-zero-takes-dropout-path", {"dropout-keyword-domain"}),
-    "empty_row_lse_zero": ("wrong-empty-row-lse-zero", {"lse-keyword-domain"}),
-    "empty_row_lse_nan": ("wrong-empty-row-lse-nan", {"lse-keyword-domain"}),
-}
-CORRECT = {"scale_folded_into_q_base_2": "correct-scale-folded-into-q-base-2"}
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    names = [*CAUGHT, *CORRECT]
-    return run_suite("properties/test_keyword_domain.py", *(a for n in names for a in ("--impl", f"{IMPLS}:{n}")),
-                     report_dir=tmp_path_factory.mktemp("keyword-edges"))
-
-
-@pytest.mark.parametrize("function", sorted(CAUGHT))
-def test_the_wrong_implementation_fails_its_claims(run, function):
-    name, claims = CAUGHT[function]
-    run.expect_caught(f"{name}[float64]", claims)
-
-
-def test_the_correct_implementation_passes_every_claim(run):
-    verdicts = [v for v in run.report["verdicts"] if v["impl"] == f"{CORRECT['scale_folded_into_q_base_2']}[float64]"]
-    assert {v["claim"] for v in verdicts if v["status"] == "pass"} == {
-        "scale-keyword-domain", "mask-keyword-domain", "dropout-keyword-domain", "lse-keyword-domain"}, \
-        [(v["claim"], v["status"], v["detail"][:300]) for v in verdicts]

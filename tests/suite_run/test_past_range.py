@@ -1,6 +1,7 @@
 """Scores past float16's range (online-softmax-avoids-overflow): a float16 kernel must keep its scores in
 float32 and meet the rule with float32 inside as its baseline (specs.tolerance.forward_allowance, past_range),
-where the naive float16 formula, and with it the old rule, had nothing to say."""
+where the naive float16 formula, and with it the old rule, had nothing to say. tests/fixtures/past_range_impls.py's
+kernels meet their rows there (tests/suite_run/test_expectations_caught.py, group "past-range")."""
 
 from __future__ import annotations
 
@@ -10,29 +11,6 @@ import pytest
 from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import ToleranceUndefined, forward_allowance
-from tests.fixtures.runs import run_suite
-
-IMPLS = "tests/fixtures/past_range_impls.py"
-CORRECT = ("scale_folded_into_float32_queries", "zoo/correct.py:float16_storage_float32_accumulation")
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    targets = [f"{IMPLS}:float16_scores", f"{IMPLS}:{CORRECT[0]}", CORRECT[1]]
-    return run_suite("properties/test_stability.py", "--claims", "online-softmax-avoids-overflow",
-                     *(a for t in targets for a in ("--impl", t)), report_dir=tmp_path_factory.mktemp("past-range"))
-
-
-def test_float16_scores_fail_past_the_range(run):
-    run.expect_caught(f"{IMPLS}:float16_scores[float16]", {"online-softmax-avoids-overflow"})
-    verdict = run.verdict("online-softmax-avoids-overflow", f"{IMPLS}:float16_scores[float16]")
-    assert "score_style='huge'" in verdict["detail"], verdict["detail"][:400]
-
-
-@pytest.mark.parametrize("target", [f"{IMPLS}:{CORRECT[0]}", CORRECT[1]])
-def test_float32_inside_passes(run, target):
-    verdict = run.verdict("online-softmax-avoids-overflow", f"{target}[float16]")
-    assert verdict["status"] == "pass", verdict["detail"][:600]
 
 
 def _huge_float16_inputs():

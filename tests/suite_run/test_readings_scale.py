@@ -1,7 +1,7 @@
-"""The scaling and position readings catch each deliberately wrong implementation of
-tests/fixtures/readings_scale_impls.py (run as a user would, with --impl and a report) and pass the correct ones written
-in unusual ways; their
-allowances (specs.tolerance) hold and are not vacuous."""
+"""The scaling and position readings: the seed's false sentence (rope-before-projections) is refuted on every
+implementation of tests/fixtures/readings_scale_impls.py (in the run that shows them meeting their rows:
+tests/suite_run/test_expectations_caught.py, group "readings-scale"), and the readings' allowances (specs.tolerance)
+hold and are not vacuous."""
 
 from __future__ import annotations
 
@@ -17,50 +17,17 @@ from specs.tolerance import (
     row_entropy_allowance,
     unit_roundoff,
 )
-from tests.fixtures.runs import run_suite
-
-IMPLS = "tests/fixtures/readings_scale_impls.py"
-PROPERTIES = ("properties/test_scaling.py", "properties/test_symmetry.py")
-CLAIMS = ("scale-keeps-softmax-flat", "unscaled-softmax-saturates", "rope-relative-in-attention",
-          "rope-before-projections", "positional-encoding-breaks-symmetry", "causal-mask-breaks-equivariance")
-CAUGHT = {  # function -> (record name, the claims it must fail)
-    "ignores_scale": ("wrong-ignores-scale", {"unscaled-softmax-saturates"}),
-    "scale_one_over_dk": ("wrong-scale-one-over-dk", {"scale-keeps-softmax-flat"}),
-    "absolute_position_bias": ("wrong-absolute-position-bias", {"rope-relative-in-attention"}),
-    "ignores_causal": ("wrong-ignores-causal", {"causal-mask-breaks-equivariance"}),
-    "mean_of_values": ("wrong-mean-of-values", {"positional-encoding-breaks-symmetry", "unscaled-softmax-saturates"}),
-}
-CORRECT = {"exp2_reversed_keys": "correct-exp2-reversed-keys", "scale_on_keys_split": "correct-scale-on-keys-split"}
+from tests.fixtures.expectation_groups import GROUPS, group_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    names = [*CAUGHT, *CORRECT]
-    return run_suite(*PROPERTIES, "--claims", ",".join(CLAIMS),
-                     *(a for n in names for a in ("--impl", f"{IMPLS}:{n}")),
-                     report_dir=tmp_path_factory.mktemp("readings-scale"))
-
-
-@pytest.mark.parametrize("function", sorted(CAUGHT))
-def test_the_wrong_implementation_fails_its_claims(run, function):
-    name, claims = CAUGHT[function]
-    run.expect_caught(f"{name}[float64]", claims)
-
-
-@pytest.mark.parametrize("function", sorted(CORRECT))
-def test_the_correct_implementation_passes_every_claim(run, function):
-    """Every claim passes, except rope-before-projections, the seed's false sentence, refuted as expected."""
-    verdicts = {v["claim"]: v for v in run.report["verdicts"] if v["impl"] == f"{CORRECT[function]}[float64]"}
-    assert set(verdicts) == set(CLAIMS), sorted(verdicts)
-    refuted = verdicts.pop("rope-before-projections")
-    assert refuted["status"] == "fail" and refuted["expected"], refuted
-    assert all(v["status"] == "pass" for v in verdicts.values()), \
-        [(c, v["detail"][:300]) for c, v in verdicts.items() if v["status"] != "pass"]
+    return group_run("readings-scale", tmp_path_factory)
 
 
 def test_the_false_sentence_is_refuted_on_every_implementation(run):
     verdicts = [v for v in run.report["verdicts"] if v["claim"] == "rope-before-projections"]
-    assert len(verdicts) == len(CAUGHT) + len(CORRECT)
+    assert len(verdicts) == len(GROUPS["readings-scale"].targets)
     assert all(v["status"] == "fail" and v["expected"] for v in verdicts if not v["impl"].startswith(
         "wrong-mean-of-values")), [(v["impl"], v["detail"][:200]) for v in verdicts]
 
