@@ -1,6 +1,6 @@
 // CUDA's execution model on the CPU, for running this project's .cu files unchanged with g++ (C++20).
 //
-// The build (impls/cuda/cpu_build.py) force-includes this header before the kernel source. What it maps:
+// The build (impls/cuda/runtime/cpu_build.py) force-includes this header before the kernel source. What it maps:
 // - Blocks run one after another. The threads of a block run as fibers on one OS thread, in turn between
 //   barriers (a barrier costs a context switch, not an OS wake-up); under ThreadSanitizer each fiber is a
 //   thread of its own, ordered only by the barriers (impls/cuda/cpu/runtime.cpp), so a race between them shows.

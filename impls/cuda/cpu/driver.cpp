@@ -1,6 +1,6 @@
 // A standalone process for one launch, for the sanitizer builds (AddressSanitizer, ThreadSanitizer, UBSan) and
 // the barrier check: loading a sanitizer runtime into Python would need LD_PRELOAD. Usage: driver MANIFEST.
-// The manifest, one item per line (written by impls/cuda/on_cpu.py):
+// The manifest, one item per line (written by impls/cuda/runtime/on_cpu.py):
 //   entry N | grid X Y Z | block X Y Z | shared BYTES | blocks FIRST COUNT
 //   ptr BYTES PATH   (a buffer of exactly BYTES, read from PATH and written back after the launch;
 //                     PATH "-" for zero-filled and not written back)

@@ -1,6 +1,6 @@
 // Decode attention over a paged KV cache (seed 001 § 2.4), SIMT.
 //
-// Layout (impls/numpy_paged.py's): k_cache (num_pages, heads_kv, page_size, d) and v_cache (num_pages,
+// Layout (impls/numpy/numpy_paged.py's): k_cache (num_pages, heads_kv, page_size, d) and v_cache (num_pages,
 // heads_kv, page_size, d_v); block_table (batch, max_pages) int32, block_table[b][p] the physical page holding
 // logical page p of sequence b (keys p * page_size .. p * page_size + page_size - 1); seq_lens (batch) int32.
 // q (batch, heads, n_q, d), out like q with d_v, lse (batch, heads, n_q) float32. Query head h reads kv head

@@ -1,2 +1,2 @@
-// Provided by cuda_cpu.h (force-included by impls/cuda/cpu_build.py).
+// Provided by cuda_cpu.h (force-included by impls/cuda/runtime/cpu_build.py).
 #pragma once
