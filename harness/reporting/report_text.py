@@ -101,9 +101,15 @@ def _subject_lines(report: dict, width: int) -> list[str]:
     """The numbered subjects with their time, one per line (folded where a line would pass `width`)."""
     times = report.get("time_s", {})
     digits = len(str(len(report["impls"])))
-    return [line for i, name in enumerate(report["impls"])
-            for line in folded(f"{i + 1:>{digits}}  {name}  {_time(times.get(name))}".rstrip(), width,
-                                " " * (digits + 2))]
+    indent = " " * (digits + 2)
+    lines = []
+    for i, name in enumerate(report["impls"]):
+        head, time = f"{i + 1:>{digits}}  {name}", _time(times.get(name))
+        if len(head) + 2 + len(time) <= width:
+            lines.append(f"{head}  {time}".rstrip())
+        else:  # the time stays whole, on a line of its own
+            lines += folded(head, width, indent) + ([indent + time] if time else [])
+    return lines
 
 
 def matrix_blocks(report: dict, width: int) -> list[str]:
