@@ -48,14 +48,6 @@ def page(directory: Path, body: str, name: str = "report.html") -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def browser() -> str:
-    try:
-        return find_browser()
-    except BrowserUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 def test_no_browser_is_named() -> None:
     with pytest.raises(BrowserUnavailable, match="no-such-browser-here"):
         find_browser(("no-such-browser-here",))

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.reporting.browser import BrowserUnavailable, find_browser
 from tools import docs_site
-
-
-@pytest.fixture(scope="module")
-def browser() -> str:
-    try:
-        return find_browser()
-    except BrowserUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _page(path, body: str) -> None:
