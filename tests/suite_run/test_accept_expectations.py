@@ -16,7 +16,7 @@ from harness.api.trial import check_against_oracle
 from harness.engine.declarations import RUNNING, RunningCheck
 from harness.engine.verdicts import Outcome
 from harness.pytest_plugin.accept import headline_pattern, measured_rows, symptom, table_text, unspecific
-from protocol.expectations import load_table, parse_table
+from protocol.expectations import load_table, parse_sections, parse_table
 from protocol.known_defects import Row
 from protocol.registry import Variant, load_impl
 from specs.problems import build
@@ -94,6 +94,19 @@ def test_a_generated_symptom_matches_its_own_messages_only(ordinary_failures):
         symptom([])
 
 
+def test_a_generated_symptom_generalises_numbers_not_the_digits_of_names():
+    pattern = headline_pattern("out differs from the float64 oracle at n_k=129, scale -1.5e-3, sm_80")
+    assert re.search(pattern, "out differs from the float64 oracle at n_k=7, scale 2, sm_80")
+    assert not re.search(pattern, "out differs from the float16 oracle at n_k=7, scale 2, sm_80")
+    assert not re.search(pattern, "out differs from the float64 oracle at n_k=7, scale 2, sm_90")
+
+
+def test_a_generated_symptom_takes_a_list_of_numbers_of_any_length():
+    pattern = headline_pattern("out rows that see none of the keys [3, 4] holding nan at out[0, 1, 2, 3]")
+    assert re.search(pattern, "out rows that see none of the keys [5] holding nan at out[0, 0, 1, 2]")
+    assert not re.search(pattern, "out rows that see none of the keys [] holding nan at out[0, 0, 1, 2]")
+
+
 def _builtin(rows: tuple[Row, ...]) -> Variant:
     return Variant(dataclasses.replace(load_impl(RECORD), known_defects=rows), "float64")
 
@@ -106,16 +119,33 @@ def test_measured_rows_keep_what_caught_drop_what_did_not_and_add_what_was_unexp
                 ("layout-independent", variant.name): [Outcome("fail", "t::b", "test_b", detail=ordinary_failures[3])],
                 ("rows-sum-to-one", variant.name): [Outcome("pass", "t::c", "test_c")]}
     rows, problems = measured_rows([variant], outcomes, frozenset({variant.impl.target}))
-    mine = [row for row in rows if row.subject == "numpy-tiled"]
+    mine = [row for row in rows["row"] if row.subject == "numpy-tiled"]
     assert problems == []
     assert caught in mine and idle not in mine and len(mine) == 2
     new = next(row for row in mine if row.claim == "layout-independent")
     assert new.dtypes == ("float64",) and new.covers("layout-independent", "float64", "test_b", ordinary_failures[3])
     assert not new.covers("layout-independent", "float64", "test_b", ordinary_failures[2])
     others = [row for row in load_table() if row.subject != "numpy-tiled"]
-    assert [row for row in rows if row.subject != "numpy-tiled"] == sorted(
+    assert [row for row in rows["row"] if row.subject != "numpy-tiled"] == sorted(
         others, key=lambda row: (row.subject, row.claim, row.dtypes))  # records that did not run keep their rows
-    assert set(parse_table(table_text(rows))) == set(rows)  # the written file is a table
+    assert set(rows["fixture"]) == set(load_table(section="fixture"))  # so do the tests' implementations
+    written = parse_sections(table_text(rows))  # the written file is a table
+    assert {section: set(found) for section, found in written.items()} == {
+        section: set(found) for section, found in rows.items()}
+
+
+def test_an_implementation_run_by_impl_is_measured_into_the_fixture_section(ordinary_failures):
+    """The tests' and the zoo's implementations (not records) get `[[fixture]]` rows; its own `known_defects`
+    stay on the function (a failure they cover is neither kept nor new)."""
+    own = Row("tests-own", "rows-sum-to-one", "why", ("float64",), (), r"^returned nan at out")
+    variant = Variant(dataclasses.replace(load_impl(RECORD), name="tests-own", target="tests/x.py:own",
+                                          known_defects=(own,)), "float64")
+    outcomes = {("rows-sum-to-one", variant.name): [Outcome("fail", "t::a", "test_a", detail=ordinary_failures[2])],
+                ("sdpa-formula", variant.name): [Outcome("fail", "t::b", "test_b", detail=ordinary_failures[3])]}
+    rows, problems = measured_rows([variant], outcomes, frozenset())
+    assert problems == [] and set(rows["row"]) == set(load_table())
+    (new,) = [row for row in rows["fixture"] if row.subject == "tests-own"]
+    assert new.claim == "sdpa-formula" and new.covers("sdpa-formula", "float64", "test_b", ordinary_failures[3])
 
 
 def test_a_generated_symptom_that_is_not_specific_is_reported(ordinary_failures):
