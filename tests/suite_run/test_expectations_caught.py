@@ -8,9 +8,10 @@ import functools
 
 import pytest
 
+from harness.reporting.rows_met import missed_rows
 from protocol.expectations import rows_for
 from protocol.registry import load_impl
-from tests.fixtures.expectation_groups import GROUPS, group_run, missed_rows
+from tests.fixtures.expectation_groups import GROUPS, group_run
 from tests.fixtures.runs import SuiteRun
 
 

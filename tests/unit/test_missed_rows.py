@@ -1,11 +1,11 @@
-"""tests.fixtures.expectation_groups.missed_rows, what the runner of the tests' implementations asserts empty: it
+"""harness.reporting.rows_met.missed_rows, what the runner of the tests' implementations and the zoo assert empty: it
 finds a row no failure met (its claim passed, failed outside it, or the run listed it uncaught) and a failure outside
 every row, and nothing when a subject meets exactly its rows."""
 
 from __future__ import annotations
 
+from harness.reporting.rows_met import missed_rows
 from protocol.known_defects import Row
-from tests.fixtures.expectation_groups import missed_rows
 
 ROW = Row("wrong-x", "rows-sum-to-one", "columns sum to 1", ("float64", "float32"), (), "do not sum to 1", "here")
 
