@@ -1,9 +1,14 @@
 """Run the defect zoo: `python -m zoo.run [--profile ci] [--jobs 2] [NAME ...]` (what `tox -e zoo` runs).
 
-Each defect runs in its own pytest process (`--impl` it, `--claims` the claims it must break), so one
-defect's crash or slowness cannot hide another's verdict. Prints, per defect: the mistake, the claims
-expected, the claims broken, the Hypothesis examples the first failure needed, the shrunk input; then
-`caught N of M`. Exit status 0 only when every defect broke every claim it is expected to break.
+Each defect runs in its own pytest process (`--impl` it, `--claims` the claims of its rows in
+impls/expectations.toml), so one defect's crash or slowness cannot hide another's verdict. A defect is caught when
+it meets exactly its rows (harness.reporting.rows_met): each row's claim fails as the row says, and nothing fails
+outside a row. Prints, per defect: the mistake, the claims expected, the claims broken, the Hypothesis examples the
+first failure needed, the shrunk input, what was missed; then `caught N of M`. Exit status 0 only when every defect
+is caught.
+
+`--accept-expectations FILE` (ci profile) writes the rows the runs measured, the zoo's `[[fixture]]` rows, for a
+reviewed diff against the table; with `--claims` a new defect (no rows yet) runs on the claims named.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.defects import DEFECTS, Defect
+from harness.pytest_plugin.accept import table_text
+from harness.reporting.rows_met import missed_rows
+from protocol.expectations import parse_sections
+from protocol.known_defects import Row
+from zoo.defects import DEFECTS, Defect, defect_named
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,33 +41,45 @@ class Caught:
     examples: int | None
     shrunk: str
     output: str  # the run's output tail, for a defect that was not caught
+    missed: tuple[str, ...]  # what keeps it from meeting exactly its rows (empty: caught)
+    measured: tuple[Row, ...] = ()  # with --accept-expectations: its rows as the run measured them
 
     @property
     def caught(self) -> bool:
-        return set(self.defect.breaks) <= set(self.broken)
+        return bool(self.defect.rows) and not self.missed
 
 
-def run_defect(defect: Defect, profile: str, workdir: Path) -> Caught:
-    """One pytest process: the defect's claims' properties on the defect, with a report."""
+def run_defect(defect: Defect, profile: str, workdir: Path, *, claims: tuple[str, ...] = (),
+               accept: bool = False) -> Caught:
+    """One pytest process: the properties of the defect's claims (or of `claims`) on the defect, with a report;
+    `accept`: its rows measured too (--accept-expectations)."""
     report_dir = workdir / defect.name
+    accepted = workdir / f"{defect.name}.toml"
     command = [sys.executable, "-m", "pytest", "properties", "interpretations", "-q", "-p", "no:cacheprovider",
-               "--impl", defect.target, "--claims", ",".join(defect.breaks),
+               "--impl", defect.target, "--claims", ",".join(claims or defect.breaks),
                "--long-regimes", "no", "--report", str(report_dir)]
+    command += ["--accept-expectations", str(accepted)] if accept else []
     env = {k: v for k, v in os.environ.items() if k not in ("ATTN_IMPLS", "ATTN_BACKENDS")}
     env["HYPOTHESIS_PROFILE"] = profile
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1200)
+    output = (done.stdout + done.stderr)[-3000:]
     path = report_dir / "report.json"
     if not path.exists():
-        return Caught(defect, (), None, "", (done.stdout + done.stderr)[-3000:])
-    verdicts = [v for v in json.loads(path.read_text())["verdicts"] if v["impl"].startswith(defect.target)]
-    failed = [v for v in verdicts if v["status"] == "fail"]
+        return Caught(defect, (), None, "", output, ("the run wrote no report",))
+    report = json.loads(path.read_text())
+    subject = f"{defect.target}["
+    failed = [v for v in report["verdicts"] if v["impl"].startswith(subject) and v["status"] == "fail"]
     smallest = min(failed, key=_input_size, default=None)
     shrunk = ""
     if smallest is not None and smallest.get("counterexample"):
         shrunk = smallest["counterexample"].get("problem") or smallest["counterexample"].get("shapes") or ""
+    measured = ()
+    if accept and accepted.exists():
+        measured = tuple(row for row in parse_sections(accepted.read_text(encoding="utf-8"), str(accepted))["fixture"]
+                         if row.subject == defect.target)
     return Caught(defect, tuple(sorted({v["claim"] for v in failed})),
                   min((v["examples_to_failure"] for v in failed if v.get("examples_to_failure")), default=None),
-                  shrunk, (done.stdout + done.stderr)[-3000:])
+                  shrunk, output, missed_rows(defect.target, defect.rows, report), measured)
 
 
 def _input_size(verdict: dict) -> int:
@@ -69,9 +90,10 @@ def _input_size(verdict: dict) -> int:
     return sum(sizes) if sizes else sys.maxsize
 
 
-def run_zoo(defects: tuple[Defect, ...] = DEFECTS, *, profile: str = "ci", jobs: int = 2) -> list[Caught]:
+def run_zoo(defects: tuple[Defect, ...] = DEFECTS, *, profile: str = "ci", jobs: int = 2,
+            claims: tuple[str, ...] = (), accept: bool = False) -> list[Caught]:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(lambda d: run_defect(d, profile, Path(tmp)), defects))
+        return list(pool.map(lambda d: run_defect(d, profile, Path(tmp), claims=claims, accept=accept), defects))
 
 
 def table(results: list[Caught]) -> list[str]:
@@ -83,7 +105,8 @@ def table(results: list[Caught]) -> list[str]:
                   f"        broken:   {', '.join(r.broken) or '-'}",
                   f"        examples to the first failure: {r.examples or 'none drawn (a fixed regime)'}; "
                   f"shrunk input: {r.shrunk or '-'}",
-                  f"        reported: {r.defect.source}"]
+                  f"        reported: {r.defect.source or '-'}"]
+        lines += [f"        missed: {line}" for line in r.missed]
     lines.append(f"caught {sum(r.caught for r in results)} of {len(results)}")
     return lines
 
@@ -93,13 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="run only these defects (function names)")
     parser.add_argument("--profile", default="ci", help="Hypothesis profile (default ci)")
     parser.add_argument("--jobs", type=int, default=2, help="defects run side by side (default 2)")
+    parser.add_argument("--claims", default="", help="comma-separated claims to run instead of each defect's rows'")
+    parser.add_argument("--accept-expectations", metavar="FILE", default=None,
+                        help="write the zoo's rows as measured ([[fixture]] rows) to FILE (ci profile)")
     args = parser.parse_args(argv)
-    chosen = tuple(d for d in DEFECTS if not args.names or d.name in args.names)
-    unknown = set(args.names) - {d.name for d in DEFECTS}
-    if unknown:
-        parser.error(f"unknown defects {sorted(unknown)}")
-    results = run_zoo(chosen, profile=args.profile, jobs=args.jobs)
+    try:
+        chosen = tuple(defect_named(name) for name in args.names) or DEFECTS
+    except KeyError as exc:
+        parser.error(str(exc))
+    if args.accept_expectations and args.profile != "ci":
+        parser.error("--accept-expectations needs the derandomized ci profile")
+    claims = tuple(c for c in args.claims.split(",") if c)
+    unmeasured = [d.name for d in chosen if not d.rows]
+    if unmeasured and not claims:
+        parser.error(f"{unmeasured} have no rows in impls/expectations.toml yet: name the claims to run (--claims)")
+    results = run_zoo(chosen, profile=args.profile, jobs=args.jobs, claims=claims,
+                      accept=bool(args.accept_expectations))
     print("\n".join(table(results)))
+    if args.accept_expectations:
+        Path(args.accept_expectations).write_text(
+            table_text({"fixture": [row for r in results for row in r.measured]}), encoding="utf-8")
+        print(f"measured rows written to {args.accept_expectations}: review their diff against the table")
     for r in results:
         if not r.caught:
             print(f"\n--- {r.defect.name} (not caught): run output tail ---\n{r.output}")

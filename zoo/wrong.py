@@ -58,14 +58,17 @@ def _attention(q, k, v, scale=None, causal=False, mask=None, **hooks):
 
 # -- scale -----------------------------------------------------------------------------------------------
 def scale_by_value_dim(q, k, v, *, scale=None, causal=False, mask=None):
+    """Scale 1/sqrt(d_v) where d_v != d_k."""
     return _attention(q, k, v, scale, causal, mask, scale_of=lambda q, v: 1 / math.sqrt(v.shape[-1]))
 
 
 def scale_one_over_d(q, k, v, *, scale=None, causal=False, mask=None):
+    """Scale 1/d instead of 1/sqrt(d)."""
     return _attention(q, k, v, scale, causal, mask, scale_of=lambda q, v: 1 / q.shape[-1])
 
 
 def explicit_scale_ignored(q, k, v, *, scale=None, causal=False, mask=None):
+    """The scale keyword is ignored (always 1/sqrt(d))."""
     return _attention(q, k, v, None, causal, mask)
 
 
@@ -85,6 +88,7 @@ def wide_head_path_wrong_scale(q, k, v, *, scale=None, causal=False, mask=None):
 
 # -- softmax ---------------------------------------------------------------------------------------------
 def no_max_subtraction(q, k, v, *, scale=None, causal=False, mask=None):
+    """Exp(S) without subtracting the row maximum: overflow above ~709."""
     scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp(scores) if allowed is None else np.where(allowed, np.exp(scores), 0.0)
@@ -126,6 +130,7 @@ float16_serial_accumulation.attention_capabilities = {"dtypes": ("float16",)}
 
 
 def softmax_over_query_axis(q, k, v, *, scale=None, causal=False, mask=None):
+    """Softmax along the query axis."""
     scores, _, v = _scored(q, k, v, scale)
     return _softmax(scores.swapaxes(-1, -2), None).swapaxes(-1, -2) @ v
 
@@ -140,6 +145,7 @@ causal_declared_bottom_right.attention_capabilities = {"causal_alignment": "bott
 
 
 def causal_excludes_diagonal(q, k, v, *, scale=None, causal=False, mask=None):
+    """Causal mask j < i: a query cannot see itself."""
     return _attention(q, k, v, scale, causal, mask, offset=-1 if causal else 0)
 
 
@@ -162,6 +168,7 @@ def mask_keys_reversed(q, k, v, *, scale=None, causal=False, mask=None):
 
 
 def fully_masked_rows_nan(q, k, v, *, scale=None, causal=False, mask=None):
+    """A row with no visible key gives 0/0 = NaN."""
     scores, allowed, v = _scored(q, k, v, scale, causal, mask)
     if allowed is not None:
         scores = np.where(allowed, scores, -np.inf)
@@ -204,10 +211,12 @@ def gqa_heads_interleaved(q, k, v, *, scale=None, causal=False, mask=None):
 
 
 def gqa_first_kv_head_only(q, k, v, *, scale=None, causal=False, mask=None):
+    """Every query head reads kv head 0."""
     return _attention(q, k, v, scale, causal, mask, kv_head_of=lambda h, heads, heads_kv: 0)
 
 
 def first_batch_keys_for_all(q, k, v, *, scale=None, causal=False, mask=None):
+    """Batch 0's keys and values used for every batch."""
     batch = q.shape[0]
     return _attention(q, np.repeat(k[:1], batch, axis=0), np.repeat(v[:1], batch, axis=0), scale, causal, mask)
 
@@ -238,6 +247,7 @@ def stale_cache_by_shape(q, k, v, *, scale=None, causal=False, mask=None):
 
 
 def scales_q_in_place(q, k, v, *, scale=None, causal=False, mask=None):
+    """Q *= scale on the caller's array."""
     q *= scale if scale is not None else 1 / math.sqrt(q.shape[-1])
     return _attention(q, k, v, 1.0, causal, mask)
 
@@ -285,10 +295,12 @@ def tiled_acc_not_rescaled(q, k, v, *, scale=None, causal=False, block_cols=16):
 
 
 def tiled_drops_last_partial_block(q, k, v, *, scale=None, causal=False, block_cols=16):
+    """The key loop stops before a last partial block."""
     return _tiled(q, k, v, scale, causal, block_cols, drop_tail=True)
 
 
 def tiled_normalises_each_block(q, k, v, *, scale=None, causal=False, block_cols=16):
+    """Each key block softmaxed alone and summed."""
     return _tiled(q, k, v, scale, causal, block_cols, normalise_each=True)
 
 
@@ -303,11 +315,13 @@ def _lse(q, k, scale):
 
 
 def lse_in_base_two(q, k, v, *, scale=None, return_lse=False):
+    """Log-sum-exp returned in base 2."""
     out = _attention(q, k, v, scale)
     return (out, _lse(q, k, scale) / math.log(2)) if return_lse else out
 
 
 def lse_of_unscaled_scores(q, k, v, *, scale=None, return_lse=False):
+    """Log-sum-exp of the unscaled scores."""
     out = _attention(q, k, v, scale)
     return (out, _lse(q, k, 1.0)) if return_lse else out
 

@@ -1,9 +1,9 @@
-"""Every declared defect is caught, and nothing else is blamed.
+"""Every row of the six wrong implementations of zoo/declared.py is caught, and nothing else is blamed.
 
-tests/defective_impls.py holds deliberately wrong implementations, each declaring the claims
-its bug breaks. One run of every implementation-level property (the `ci` profile, derandomized)
-must fail each declared claim and pass every other one: the first half shows the properties
-catch the bugs, the second that their failures point at the right claim.
+Their rows in impls/expectations.toml (`[[fixture]]`, subject = the --impl target) name the claims each bug
+breaks and the symptom. One run of every implementation-level property (the `ci` profile, derandomized, the
+zoo's settings) must meet each one's rows exactly: every row's claim fails as the row says (the properties catch
+the bug), and no other claim fails (its failures point at the right claim).
 """
 
 from __future__ import annotations
@@ -14,17 +14,20 @@ import sys
 
 import pytest
 
+from harness.reporting.rows_met import missed_rows
 from specs.catalogue import load_claims
 from tests.fixtures.runs import ROOT, run_suite
 from zoo import declared as defective_impls
+from zoo.defects import DEFECTS
 
 TARGETS = {name: f"zoo/declared.py:{name}" for name in defective_impls.DEFECTIVE}
+ROWS = {defect.name: defect.rows for defect in DEFECTS if defect.target in TARGETS.values()}
 
 
 @pytest.fixture(scope="module")
 def defective_run(tmp_path_factory):
     args = [arg for target in TARGETS.values() for arg in ("--impl", target)]
-    return run_suite("properties", "interpretations", *args,
+    return run_suite("properties", "interpretations", *args, "--long-regimes", "no",
                      report_dir=tmp_path_factory.mktemp("defective"))
 
 
@@ -40,12 +43,9 @@ def test_run_reports_only_declared_failures(defective_run):
 
 
 @pytest.mark.parametrize("name", defective_impls.DEFECTIVE)
-def test_every_declared_defect_is_caught(defective_run, name):
-    fn = getattr(defective_impls, name)
-    for claim in fn.known_defects:
-        verdict = defective_run.verdict(claim, _variant(name))
-        assert verdict is not None, f"{name}: no property of '{claim}' ran"
-        assert verdict["status"] == "fail" and verdict["expected"], f"{name}: '{claim}' not caught: {verdict}"
+def test_every_row_is_caught_and_nothing_else_fails(defective_run, name):
+    assert len(ROWS[name]) >= 3, f"{name}: its rows are missing from impls/expectations.toml"
+    assert missed_rows(TARGETS[name], ROWS[name], defective_run.report) == ()
 
 
 @pytest.mark.parametrize("claim, name", [
@@ -64,22 +64,16 @@ def test_core_claims_catch_their_wrong_implementation(defective_run, claim, name
 
 
 @pytest.mark.parametrize("name", defective_impls.DEFECTIVE)
-def test_a_bug_is_blamed_only_where_declared(defective_run, name):
-    """Precision: every claim this implementation does not declare passes (or skips for a missing
-    capability), and every declared claim fails only in the properties its declaration names."""
-    fn = getattr(defective_impls, name)
+def test_a_bug_breaks_some_claims_not_all(defective_run, name):
+    """Precision: a bug leaves claims standing (at least five pass), and a seed sentence refuted as written fails
+    (or skips) on it as on every implementation, without a row."""
     verdicts = [v for v in defective_run.report["verdicts"] if v["impl"] == _variant(name)]
     passing = [v["claim"] for v in verdicts if v["status"] == "pass"]
     assert len(passing) >= 5, f"{name}: only {passing} pass; a bug should not break everything"
     refuted = {slug for slug, claim in load_claims().items() if not claim.holds}
-    for verdict in verdicts:
-        scope = fn.known_defects.get(verdict["claim"])
-        if verdict["claim"] in refuted:
-            assert verdict["status"] == "skip" or verdict["expected"], verdict  # false as written: refuted
-        elif scope is None:
-            assert verdict["status"] in ("pass", "skip"), verdict
-        else:
-            assert set(verdict["failed_properties"]) <= set(scope["properties"]), verdict
+    assert not refuted & {row.claim for row in ROWS[name]}, f"{name}: a row on a refuted claim"
+    for verdict in (v for v in verdicts if v["claim"] in refuted):
+        assert verdict["status"] == "skip" or verdict["expected"], verdict
 
 
 def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_run):
@@ -87,19 +81,21 @@ def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_r
     assert "worst element out[" in detail and "score rounding" in detail and "(dominant)" in detail
 
 
-@pytest.mark.parametrize("claim, name", [
-    ("sdpa-formula", "softmax_in_float32"),  # against the oracle
-    ("permutation-equivariance", "per_block_softmax"),  # metamorphic: two outputs of one implementation
-    ("causal-mask-zeroes-future", "causal_off_by_one"),  # metamorphic on selected rows, or exact zeros
+@pytest.mark.parametrize("claim, name, replayed", [
+    ("sdpa-formula", "softmax_in_float32", True),  # against the oracle
+    ("permutation-equivariance", "per_block_softmax", True),  # metamorphic: two outputs of one implementation
+    ("causal-mask-zeroes-future", "causal_off_by_one", False),  # exact zeros, or outputs on selected rows
 ])
-def test_repro_snippet_reproduces_the_failure(defective_run, claim, name):
+def test_repro_snippet_reproduces_the_failure(defective_run, claim, name, replayed):
+    """The repro replays the property's comparison and prints its verdict (FAIL, the worst element, the allowance's
+    terms); a property with a script of its own prints what it compares, beyond what was allowed."""
     repro = defective_run.verdict(claim, _variant(name))["counterexample"]["repro"]
     detail = defective_run.verdict(claim, _variant(name))["detail"]
     done = subprocess.run([sys.executable, "-c", repro], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     printed = done.stdout.strip().splitlines()
-    if printed[0].startswith(("FAIL", "PASS")):  # the comparison with the oracle, replayed: its verdict
-        assert printed[0].startswith("FAIL"), (printed, detail)
+    if replayed:
+        assert printed[0].startswith("FAIL: ") and "(dominant)" in done.stdout, (printed, detail)
         return
     shown = float(printed[-1])
     # the repro shows the failure, not rounding: its difference exceeds what the allowance permitted

@@ -1,6 +1,7 @@
-"""The zoo measures the suite's detection power: every deliberately wrong implementation (zoo/defects.py)
-breaks the claims it models, under the `ci` profile; every correct one written in an unusual way
-(zoo/correct.py) passes every property that applies to it."""
+"""The zoo measures the suite's detection power: every deliberately wrong implementation (zoo/defects.py) meets
+exactly its rows of impls/expectations.toml under the `ci` profile (each claim it must break fails with its row's
+symptom, and nothing fails outside a row); every correct one written in an unusual way (zoo/correct.py) passes
+every property that applies to it."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def test_the_zoo_is_large_and_names_catalogued_claims():
     for defect in DEFECTS:
         assert defect.mistake and defect.source and defect.breaks, defect
         assert set(defect.breaks) <= set(claims), defect
+        assert all(claims[claim].holds for claim in defect.breaks), defect  # a refuted sentence fails everywhere
 
 
 @pytest.mark.parametrize("name", [d.name for d in DEFECTS])

@@ -14,6 +14,7 @@ from protocol.expectations import ExpectationTableError, load_table, parse_secti
 from protocol.registry import load_impl
 from specs.catalogue import load_claims
 from tests.fixtures.expectation_groups import GROUPS
+from zoo.defects import DEFECTS
 
 TABLE = """
 [[row]]
@@ -85,6 +86,18 @@ def _names(targets) -> set[str]:
 def test_the_fixture_rows_name_only_what_exists():
     rows = load_table(section="fixture")
     assert rows, "the table has no [[fixture]] rows"
-    targets = [target for group in GROUPS.values() for target in group.targets]
+    targets = [target for group in GROUPS.values() for target in group.targets] + [d.target for d in DEFECTS]
     problems = stale_rows(rows, load_claims(), suite_properties(), _names(targets))
     assert problems == [], problems
+
+
+def test_every_wrong_implementation_of_the_zoo_has_rows():
+    """The zoo's list is its rows of the table (zoo/defects.py): a wrong implementation without rows would never
+    run, so every public function of zoo/wrong.py, and the six of zoo/declared.py, must have some."""
+    from zoo import declared, wrong
+
+    functions = [f"zoo/wrong.py:{name}" for name, value in vars(wrong).items()
+                 if callable(value) and not name.startswith("_") and value.__module__ == wrong.__name__]
+    functions += [f"zoo/declared.py:{name}" for name in declared.DEFECTIVE]
+    assert sorted(d.target for d in DEFECTS) == sorted(functions)
+    assert all(d.mistake and d.source and d.breaks for d in DEFECTS)
