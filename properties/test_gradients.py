@@ -38,20 +38,47 @@ def _d_out(problem: Problem, seed: int, dtype) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-def _dropout(problem: Problem, seed: int) -> tuple[dict, dict]:
-    """The implementation's dropout keywords at GRADIENT_DROPOUT_P under `seed`, and the oracle's mask for them."""
-    keep = keep_mask(seed, GRADIENT_DROPOUT_P, problem.q.shape[:3] + (problem.n_k,))
-    return dict(dropout_p=GRADIENT_DROPOUT_P, dropout_seed=seed), dict(keep=keep, dropout_p=GRADIENT_DROPOUT_P)
+def _dropout(seed: int) -> dict:
+    """The implementation's dropout keywords at GRADIENT_DROPOUT_P under `seed`."""
+    return dict(dropout_p=GRADIENT_DROPOUT_P, dropout_seed=seed)
 
 
-def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict, oracle_extra: dict) -> tuple:
-    """dQ, dK, dV of the implementation against the oracle's; returns the implementation's (float64)."""
+def _oracle_dropout(problem: Problem, extra: dict) -> tuple[dict, str]:
+    """The oracle's keywords for the dropout in `extra` (the mask the seed and the position decide), and the same as
+    source for the repro (no dropout: nothing)."""
+    if "dropout_seed" not in extra:
+        return {}, ""
+    seed, p = extra["dropout_seed"], extra["dropout_p"]
+    keep = keep_mask(seed, p, problem.q.shape[:3] + (problem.n_k,))
+    code = f", keep=keep_mask({seed}, {p!r}, q.shape[:3] + (k.shape[2],)), dropout_p={p!r}"
+    return dict(keep=keep, dropout_p=p), code
+
+
+def _gradient_repro(trial: Trial, seed: int, extra: dict, oracle_code: str) -> str:
+    """The repro's lines after the input is rebuilt: the backward on the same d_out, then the oracle's backward and
+    the verdict of each gradient within specs.tolerance.gradient_allowance, as the property compares them."""
+    keywords = "".join(f", {key}={value!r}" for key, value in extra.items())
+    return "\n".join([
+        "from harness.engine.backward import backward_of",
+        "from specs.dropout_mask import keep_mask",
+        "from specs.tolerance import gradient_allowance",
+        f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
+        f".astype({str(trial.dtype)!r})",
+        f"dq, dk, dv = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, **p.kwargs(){keywords})",
+        "oracle = gradient_allowance(*(x.astype(float) for x in (q, k, v)), d_out.astype(float), "
+        f"dtype={trial.variant.dtype!r}, **p.kwargs(), "
+        f"causal_alignment={trial.variant.capabilities.causal_alignment!r}{oracle_code})",
+        "for name, g, expected, allowed in zip(('dQ', 'dK', 'dV'), (dq, dk, dv), oracle.grads, oracle.allowances):",
+        "    print(verdict(as_float64(g), expected, allowed, what=name, versus=\"the float64 oracle's backward\"))",
+    ])
+
+
+def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict) -> tuple:
+    """dQ, dK, dV of the implementation (called with `extra`: block sizes, dropout) against the oracle's; returns
+    the implementation's (float64)."""
     d_out = _d_out(problem, seed, trial.dtype)
-    call_line = ("from harness.engine.backward import backward_of\n"
-                 f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
-                 f".astype({str(trial.dtype)!r})\n"
-                 f"dq, dk, dv = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, "
-                 f"**p.kwargs(){''.join(f', {key}={value!r}' for key, value in extra.items())})")
+    oracle_extra, oracle_code = _oracle_dropout(problem, extra)
+    call_line = _gradient_repro(trial, seed, extra, oracle_code)
     try:
         grads = backward_of(trial.variant.impl, *trial.inputs(problem), d_out, **problem.kwargs(), **extra)
     except CallFailed as failure:
@@ -88,12 +115,10 @@ def test_gradients_match_the_oracle_backward(variant, data):
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
     problem = data.draw(problems_for(variant, causal=causal, masked=masked, **SMALL), label="problem")
-    extra, oracle_extra = dict(blocks), {}
+    extra = dict(blocks)
     if caps.dropout_seed and data.draw(st.booleans(), label="dropout"):
-        extra_dropout, oracle_extra = _dropout(problem, data.draw(st.integers(0, 2**32 - 1), label="dropout_seed"))
-        extra.update(extra_dropout)
-    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=extra,
-                    oracle_extra=oracle_extra)
+        extra.update(_dropout(data.draw(st.integers(0, 2**32 - 1), label="dropout_seed")))
+    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=extra)
 
 
 @checks("fully-masked-rows-zero-gradients")
@@ -115,7 +140,7 @@ def check_fully_masked_rows(variant, problem: Problem, rows: list[int]) -> None:
         "m = np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,)).copy(); "
         f"m[:, :, {rows}] = False; m[:, :, {keep}, 0] = True; p = p.replace(mask=m)")
     trial = Trial(variant, problem)
-    d_q, _, _ = check_gradients(trial, problem, seed=problem.recipe.seed, extra={}, oracle_extra={})
+    d_q, _, _ = check_gradients(trial, problem, seed=problem.recipe.seed, extra={})
     for row in rows:
         if np.any(d_q[:, :, row] != 0):
             trial.fail(f"dQ of the fully masked row {row} is not exactly 0: largest |dQ| "
@@ -124,9 +149,8 @@ def check_fully_masked_rows(variant, problem: Problem, rows: list[int]) -> None:
 
 def _check_regime(variant, regime: regimes.Regime, *, dropout: bool = False) -> None:
     problem = skip_unless_fits(variant, regime)
-    extra, oracle_extra = _dropout(problem, regime.recipe["seed"]) if dropout else ({}, {})
-    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=extra,
-                    oracle_extra=oracle_extra)
+    extra = _dropout(regime.recipe["seed"]) if dropout else {}
+    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=extra)
 
 
 @checks("differentiable-end-to-end")
@@ -189,4 +213,4 @@ def test_gradients_at_default_block_sizes(variant, multiple):
     for length, causal in ((n + 1, False), (n - 1, variant.capabilities.causal)):
         if length >= 1:
             problem = build(n_q=length, n_k=length, d=64, d_v=64, seed=length, causal=causal)
-            check_gradients(Trial(variant, problem), problem, seed=length, extra={}, oracle_extra={})
+            check_gradients(Trial(variant, problem), problem, seed=length, extra={})

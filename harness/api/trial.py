@@ -18,7 +18,7 @@ from hypothesis.control import current_build_context
 
 from harness.api.assertions import compare
 from harness.api.evidence import DeclaredViolation, PropertyViolation
-from harness.api.repro import call_line_for, cast_line, index_code, repro_snippet
+from harness.api.repro import call_line_for, index_code, repro_snippet
 from harness.engine import run_context
 from harness.engine.declarations import RUNNING, all_expected
 from harness.engine.guarded_call import CallFailed, call_in_process, checked_array, non_finite_summary
@@ -188,52 +188,67 @@ class Trial:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
         this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance; returns the
         largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive:
-        the repro replays its steps."""
+        the repro replays its steps and prints the same comparison's verdict."""
         __tracebackhide__ = True
-        extra = transformed.steps[len(self.problem.steps):]
-        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
-            raise ValueError("expect_unchanged needs a problem derived from the trial's own by Problem.derive")
-        transformed.check_code()  # its steps go into the repro script
-        sides = [self.output_with_own_bound(problem) for problem in (transformed, self.problem)]
-        (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
-            (out[index], allowance.take(index), own.take(index))
-            for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
-        bound = metamorphic_allowance(got_allowance, expected_allowance, got_own, expected_own)
-        script = "\n".join([
-            "out = fn(q, k, v, **p.kwargs())",
-            *extra,
-            cast_line(self.variant.dtype),
-            "out_t = fn(q, k, v, **p.kwargs())",
-            f"print(np.abs(as_float64(out_t)[{index_code(got_index)}] - "
-            f"as_float64(out)[{index_code(expected_index)}]).max())",
-        ])
+        extra = self._derived_steps(transformed, "expect_unchanged")
+        got, expected, bound = self.unchanged_comparison(transformed, got_index, expected_index)
+        replay = (f"unchanged_comparison(p, {_tuple_code(got_index)}, {_tuple_code(expected_index)})")
         return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
-                                 script=script)
+                                 script=self._metamorphic_script(extra, replay, what, versus))
 
     def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> float:
         """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
         a a scalar and b broadcasting to the output, within the two outputs' allowances and own rounding
         (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance);
         returns the largest |error| / allowed. `transformed` must come from this trial's problem through
-        Problem.derive: the repro replays its steps."""
+        Problem.derive: the repro replays its steps and prints the same comparison's verdict."""
         __tracebackhide__ = True
-        extra = transformed.steps[len(self.problem.steps):]
-        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
-            raise ValueError("expect_affine_image needs a problem derived from the trial's own by Problem.derive")
-        transformed.check_code()
+        extra = self._derived_steps(transformed, "expect_affine_image")
+        got, expected, bound = self.affine_comparison(transformed, a, b)
+        replay = f"affine_comparison(p, {a!r}, np.array({np.asarray(b).tolist()!r}))"
+        return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
+                                 script=self._metamorphic_script(extra, replay, what, versus))
+
+    def unchanged_comparison(self, transformed: Problem, got_index: tuple = (...,),
+                             expected_index: tuple = (...,)) -> tuple[np.ndarray, np.ndarray, Allowance]:
+        """expect_unchanged's comparison: the output on `transformed` at got_index, the output on this trial's
+        problem at expected_index, and the metamorphic allowance between them."""
+        __tracebackhide__ = True
+        sides = [self.output_with_own_bound(problem) for problem in (transformed, self.problem)]
+        (got, got_allowance, got_own), (expected, expected_allowance, expected_own) = (
+            (out[index], allowance.take(index), own.take(index))
+            for (out, allowance, own), index in zip(sides, (got_index, expected_index), strict=True))
+        return got, expected, metamorphic_allowance(got_allowance, expected_allowance, got_own, expected_own)
+
+    def affine_comparison(self, transformed: Problem, a: float,
+                          b: np.ndarray) -> tuple[np.ndarray, np.ndarray, Allowance]:
+        """expect_affine_image's comparison: the output on `transformed`, a x the output on this trial's problem
+        + b, and the allowance between them."""
+        __tracebackhide__ = True
         got, got_allowance, got_own = self.output_with_own_bound(transformed)
         out, allowance, own = self.output_with_own_bound(self.problem)
         bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
-        script = "\n".join([
-            "out = fn(q, k, v, **p.kwargs())",
+        return got, a * out + b, bound
+
+    def _derived_steps(self, transformed: Problem, helper: str) -> tuple[str, ...]:
+        extra = transformed.steps[len(self.problem.steps):]
+        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+            raise ValueError(f"{helper} needs a problem derived from the trial's own by Problem.derive")
+        transformed.check_code()  # its steps go into the repro script
+        return tuple(extra)
+
+    def _metamorphic_script(self, extra: tuple[str, ...], comparison: str, what: str, versus: str) -> str:
+        """The repro's lines after the input is rebuilt: the trial on it, the derivation's steps, then the same
+        comparison as the property's (`comparison`, a call on the trial), its verdict printed."""
+        return "\n".join([
+            "from harness.api.trial import Trial",
+            "from protocol.registry import Variant",
+            f"trial = Trial(Variant(load_impl({self.variant.impl.target!r}), {self.variant.dtype!r}), p, "
+            f"layout={self.layout!r}, past_range={self.past_range!r})",
             *extra,
-            cast_line(self.variant.dtype),
-            "out_t = fn(q, k, v, **p.kwargs())",
-            f"b = np.array({np.asarray(b).tolist()!r})",
-            f"print(np.abs(as_float64(out_t) - ({a!r} * as_float64(out) + b)).max())",
+            f"got, expected, allowance = trial.{comparison}",
+            f"print(verdict(got, expected, allowance, what={what!r}, versus={versus!r}))",
         ])
-        return self.expect_close(got, a * out + b, bound, what=what, versus=versus, problem=self.problem,
-                                 script=script)
 
     def own_output(self, problem: Problem | None = None) -> tuple[np.ndarray, Allowance]:
         """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of
@@ -264,6 +279,11 @@ class Trial:
         self._targets.append(label)
         if self.in_hypothesis and np.isfinite(ratio):
             target(ratio, label=label)
+
+
+def _tuple_code(index: tuple) -> str:
+    """Python source for an index tuple (harness.api.repro.index_code), as a tuple."""
+    return f"({index_code(index)},)"
 
 
 def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:

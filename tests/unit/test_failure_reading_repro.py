@@ -9,9 +9,13 @@ import pytest
 
 from harness.api.evidence import PropertyViolation
 from harness.api.repro import repro_snippet, verdict
-from harness.api.trial import check_against_oracle
+from harness.api.trial import Trial, check_against_oracle
+from properties import test_gradients, test_symmetry
 from protocol.registry import Variant, load_impl
+from specs.dropout_mask import keep_mask
+from specs.gradients import attention_backward
 from specs.problems import build
+from specs.reference import attention
 from specs.tolerance import Allowance
 
 WRONG = "tests/fixtures/report_impls.py:keys_reversed"
@@ -58,3 +62,50 @@ def test_a_call_that_computes_something_else_ends_the_snippet():
                             causal_alignment="top_left", call_line="dq = fn(q, k, v, **p.kwargs())")
     assert snippet.endswith("dq = fn(q, k, v, **p.kwargs())") and "verdict(" not in snippet.splitlines()[-1]
     exec(snippet, {})
+
+
+def _keep(q, k, dropout_p, dropout_seed):
+    return None if dropout_p == 0 else keep_mask(dropout_seed, dropout_p, q.shape[:3] + (k.shape[2],))
+
+
+def _dq_doubled_backward(q, k, v, d_out, *, dropout_p=0.0, dropout_seed=None, **kwargs):
+    dq, dk, dv = attention_backward(q, k, v, d_out, dropout_p=dropout_p, keep=_keep(q, k, dropout_p, dropout_seed),
+                                    **kwargs)
+    return 2 * dq, dk, dv
+
+
+def reference_with_dq_doubled(q, k, v, *, scale=None, causal=False, mask=None, dropout_p=0.0, dropout_seed=None):
+    """Wrong backward (dQ twice the true one) behind the reference's forward."""
+    return attention(q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p,
+                     keep=_keep(q, k, dropout_p, dropout_seed)).out
+
+
+reference_with_dq_doubled.attention_backward = _dq_doubled_backward
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_a_gradient_failure_s_repro_prints_each_gradient_s_verdict(capsys, dropout):
+    """The gradient property's repro runs the backward on the same d_out and prints the verdict of dQ, dK and dV
+    against the oracle's backward (with the dropout mask the seed decides): dQ fails, as in the property."""
+    variant = Variant(load_impl(f"{__name__}:reference_with_dq_doubled"), "float64")
+    problem = build(n_q=5, n_k=7, d=4, d_v=3, seed=2)
+    extra = {"dropout_p": test_gradients.GRADIENT_DROPOUT_P, "dropout_seed": 11} if dropout else {}
+    with pytest.raises(PropertyViolation) as failure:
+        test_gradients.check_gradients(Trial(variant, problem), problem, seed=3, extra=extra)
+    assert failure.value.summary.startswith("dQ differs from the float64 oracle's backward")
+    printed = _printed(failure.value.repro, capsys)
+    verdicts = [line for line in printed if line.startswith(("PASS", "FAIL"))]
+    assert [line.split(":")[0] for line in verdicts] == ["FAIL", "PASS", "PASS"], printed
+    assert verdicts[0].startswith("FAIL: dQ differs from the float64 oracle's backward beyond the tolerance")
+    assert printed[1:1 + len(failure.value.details)] == list(failure.value.details)  # the property's worst element
+
+
+def test_a_metamorphic_failure_s_repro_replays_the_same_comparison(capsys):
+    """A metamorphic property's repro (Trial.expect_unchanged) rebuilds the input, derives the transformed one by
+    the same steps and prints the verdict of the same comparison: the property's worst element and terms."""
+    variant = Variant(load_impl("zoo/declared.py:per_block_softmax"), "float64")
+    with pytest.raises(PropertyViolation) as failure:
+        test_symmetry.test_permuting_keys_with_values_changes_nothing(variant=variant)
+    printed = _printed(failure.value.repro, capsys)
+    assert printed[0] == f"FAIL: {failure.value.summary}"
+    assert printed[1:] == list(failure.value.details)
