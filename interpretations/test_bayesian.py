@@ -18,7 +18,7 @@ from harness.api.trial import Trial
 from interpretations.test_geometric import EXACT_D, exact_problem
 from specs.problems import Problem, build
 from specs.reference import repeat_kv
-from specs.tolerance import Allowance, forward_allowance, product_allowance
+from specs.tolerance import forward_allowance, product_allowance
 
 
 def _torch():
@@ -107,7 +107,8 @@ def expect_posterior(trial: Trial, problem: Problem, prior: np.ndarray, d: int, 
     _, float64_weights = forward_allowance(*trial.exact_inputs(observed.problem), dtype="float64",
                                            oracle=observed.oracle)
     weights_error = float64_weights.take((..., slice(0, problem.n_k)))
-    weights_error = Allowance(2 * weights_error.bound, f"2 x ({weights_error.rule}): the oracle's and Bayes' rule's")
+    weights_error = weights_error.carried(lambda bound: 2 * bound, f"2 x ({weights_error.rule}): the oracle's and "
+                                          "Bayes' rule's", prefix="2 x ")
     weights_ratio = trial.expect_close(observed.weights, expected, observed.allowance + weights_error,
                                        what="the weights read off one-hot values", problem=observed.problem,
                                        versus=f"the posterior over key positions ({claim_what})")

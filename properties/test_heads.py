@@ -152,7 +152,7 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
     got = multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, heads=heads, heads_kv=heads_kv, core=core(out))
     expected = multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, heads=heads, heads_kv=heads_kv,
                                     core=core(oracle.out))
-    allowance = product_allowance(Allowance(merge_heads(core_allowance.bound), core_allowance.rule),
+    allowance = product_allowance(core_allowance.carried(merge_heads, core_allowance.rule),
                                   merge_heads(out), w_o)
     trial.expect_close(got, expected, allowance, what="multi-head output", problem=projected)
 
@@ -189,7 +189,7 @@ def expect_concat_then_projection(out: np.ndarray, x: np.ndarray, heads: int, w_
     concatenated = merge_heads(oracle.out)
     expected = concatenated @ w_o
     assert out.shape == expected.shape, f"the multi-head output has shape {out.shape}, not {expected.shape}"
-    assert_within(out, expected, product_allowance(Allowance(merge_heads(allowance.bound), allowance.rule),
+    assert_within(out, expected, product_allowance(allowance.carried(merge_heads, allowance.rule),
                                                    concatenated, w_o),
                   what="the multi-head output", versus=f"concat(Z_1..Z_{heads}) W_O")
 
