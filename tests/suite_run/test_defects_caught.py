@@ -84,17 +84,18 @@ def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_r
 @pytest.mark.parametrize("claim, name, replayed", [
     ("sdpa-formula", "softmax_in_float32", True),  # against the oracle
     ("permutation-equivariance", "per_block_softmax", True),  # metamorphic: two outputs of one implementation
-    ("causal-mask-zeroes-future", "causal_off_by_one", False),  # exact zeros, or outputs on selected rows
+    ("causal-mask-zeroes-future", "causal_off_by_one", False),  # exact zeros (a script), or outputs on selected rows
 ])
 def test_repro_snippet_reproduces_the_failure(defective_run, claim, name, replayed):
     """The repro replays the property's comparison and prints its verdict (FAIL, the worst element, the allowance's
-    terms); a property with a script of its own prints what it compares, beyond what was allowed."""
+    terms); a property with a script of its own prints what it compares, beyond what was allowed (`replayed`: the
+    failure must be a replayed comparison)."""
     repro = defective_run.verdict(claim, _variant(name))["counterexample"]["repro"]
     detail = defective_run.verdict(claim, _variant(name))["detail"]
     done = subprocess.run([sys.executable, "-c", repro], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     printed = done.stdout.strip().splitlines()
-    if replayed:
+    if replayed or printed[0].startswith("FAIL: "):
         assert printed[0].startswith("FAIL: ") and "(dominant)" in done.stdout, (printed, detail)
         return
     shown = float(printed[-1])
