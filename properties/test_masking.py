@@ -135,10 +135,19 @@ def _worst(values: np.ndarray, bad: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(np.argmax(score), values.shape))
 
 
-def _empty_rows_script(call_line: str, alignment: str, printed: str) -> str:
-    """The repro's last lines: the call, the rows the oracle lets see no key, and `printed` on those rows."""
-    return "\n".join([call_line, "empty = ~attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
-                                  f"causal_alignment={alignment!r}).allowed.any(axis=-1)", f"print({printed})"])
+def _empty_rows_script(call_line: str, alignment: str, got: str, exact: str, what: str) -> str:
+    """The repro's last lines: the call, the rows the oracle lets see no key, and the verdict of the property's exact
+    check there: `got` (an expression on those rows) must equal `exact` everywhere."""
+    return "\n".join([
+        call_line,
+        "empty = ~attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
+        f"causal_alignment={alignment!r}).allowed.any(axis=-1)",
+        f"got = {got}",
+        f"wrong = got != {exact}",
+        f"print(f'FAIL: {{int(wrong.sum())}} of {{wrong.size}} values of {what} on the rows with no visible key "
+        f"are not {exact}: {{got[wrong][:8]}}' if wrong.any() else "
+        f"'PASS: {what} is {exact} on every row with no visible key')",
+    ])
 
 
 def _expect_empty_rows_zero(trial: Trial, how: str) -> None:
@@ -170,14 +179,14 @@ def _expect_empty_rows_zero(trial: Trial, how: str) -> None:
             trial.fail("a query row with no visible key has a non-zero output", problem, details=(
                 f"out{list(where)} = {out[where]!r}; a fully masked row gives exactly 0", rows,
                 f"{int(wrong.any(axis=-1).sum())} of them are not 0"),
-                script=_empty_rows_script(line, alignment, "as_float64(out)[empty]"))
+                script=_empty_rows_script(line, alignment, "as_float64(out)[empty]", "0", "out"))
         wrong = empty & (lse != -np.inf) if lse is not None else None
         if wrong is not None and wrong.any():
             where = _worst(lse, wrong)
             trial.fail("a query row with no visible key has a log-sum-exp other than -inf", problem, details=(
                 f"lse{list(where)} = {lse[where]!r}; the log of an empty sum is -inf", rows,
                 f"{int(wrong.sum())} of them are not -inf"),
-                script=_empty_rows_script(line, alignment, "as_float64(lse)[empty]"))
+                script=_empty_rows_script(line, alignment, "as_float64(lse)[empty]", "-np.inf", "lse"))
 
 
 @checks("fully-masked-rows-zero")

@@ -95,16 +95,17 @@ def _changed_inputs(trial: Trial, before: list[np.ndarray], after: tuple[np.ndar
 
 
 def _sequence_script(a: Problem, b: Problem, position: int, dtype: str, causal_alignment: str) -> str:
-    """The repro of the calls on A, B, A: the three calls in order, then call `position`'s distance from its
+    """The repro of the calls on A, B, A: the three calls in order, then the verdict of call `position` against its
     oracle (a stale state shows only after the calls before it)."""
     cast = cast_line(dtype).replace("\n", "\n    ")
     return "\n".join([
         a.code(), "a = p", b.code(), "b = p", "outs = []",
         "for p in (a, b, a):", f"    {cast}", "    outs.append(as_float64(fn(q, k, v, **p.kwargs())))",
         f"p = {'aba'[position]}", cast_line(dtype),
-        "oracle = attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
-        f"causal_alignment={causal_alignment!r})",
-        f"print(np.abs(outs[{position}] - oracle.out).max())",
+        f"oracle, allowance = forward_allowance(*(x.astype(float) for x in (q, k, v)), dtype={dtype!r}, "
+        f"**p.kwargs(), causal_alignment={causal_alignment!r})",
+        f"print(verdict(outs[{position}], oracle.out, allowance, "
+        f"what='out of call {position + 1} on {'ABA'[position]}'))",
     ])
 
 
@@ -131,7 +132,8 @@ def test_repeated_calls_follow_new_values_and_leave_inputs_alone(variant, regime
     if distinct.any() and stale.sum() == distinct.sum():
         trial_b.fail("the call on new values returned the previous call's output",
                      details=(f"{int(stale.sum())} elements equal the output on {a!r} exactly, where the oracle "
-                              "says they differ",))
+                              "says they differ",),
+                     script=_sequence_script(a, b, 1, variant.dtype, variant.capabilities.causal_alignment))
     calls = [(trial_a, out, oracle_a, allowance_a) if values == "A" else (trial_b, out, oracle_b, allowance_b)
              for values, out in zip("ABA", outs, strict=True)]
     # an implementation off its oracle on every call computes another formula (other claims' failure); one

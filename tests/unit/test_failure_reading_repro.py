@@ -10,8 +10,9 @@ import pytest
 from harness.api.evidence import PropertyViolation
 from harness.api.repro import repro_snippet, verdict
 from harness.api.trial import Trial, check_against_oracle
-from properties import test_gradients, test_symmetry
+from properties import test_gradients, test_masking, test_regimes, test_symmetry
 from protocol.registry import Variant, load_impl
+from specs import regimes
 from specs.dropout_mask import keep_mask
 from specs.gradients import attention_backward
 from specs.problems import build
@@ -109,3 +110,19 @@ def test_a_metamorphic_failure_s_repro_replays_the_same_comparison(capsys):
     printed = _printed(failure.value.repro, capsys)
     assert printed[0] == f"FAIL: {failure.value.summary}"
     assert printed[1:] == list(failure.value.details)
+
+
+@pytest.mark.parametrize("check, target, summary", [
+    (lambda variant: test_masking.test_fully_masked_row_gives_zero_output(variant=variant),
+     "zoo/wrong.py:fully_masked_rows_mean", "a query row with no visible key has a non-zero output"),
+    (lambda variant: test_regimes.test_repeated_calls_follow_new_values_and_leave_inputs_alone(
+        variant=variant, regime=regimes.SEQUENCE_LENGTHS[0]),
+     "zoo/wrong.py:stale_cache_by_shape", "the call on new values returned the previous call's output"),
+])
+def test_a_property_s_own_script_prints_its_verdict(capsys, check, target, summary):
+    """The exact check of fully masked rows and the calls on A, B, A replay what the property compared and print
+    FAIL: a stale state shows only after the calls before it, so the repro makes the three calls."""
+    with pytest.raises(PropertyViolation) as failure:
+        check(Variant(load_impl(target), "float64"))
+    assert failure.value.summary == summary
+    assert _printed(failure.value.repro, capsys)[0].startswith("FAIL: ")
