@@ -10,6 +10,7 @@ import numpy as np
 
 from specs.dtypes import finfo, numpy_dtype
 from specs.gradients import attention_backward, sum_groups
+from specs.memo import Memo
 from specs.reference import AttentionResult, attention, repeat_kv
 from specs.tolerance.model import (
     LAMBDA,
@@ -94,6 +95,12 @@ def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> Gr
     dtype = numpy_dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
         raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
+    # a pure function of the inputs: computed once per distinct problem (specs.memo)
+    return _GRADIENT_MEMO(q, k, v, d_out, dtype.name, kwargs)
+
+
+def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict) -> GradientOracle:
+    dtype = numpy_dtype(dtype_name)
     result = attention(q, k, v, **kwargs)
     grads = attention_backward(q, k, v, d_out, **kwargs)
     n_k, d = k.shape[2], q.shape[3]
@@ -158,3 +165,6 @@ def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float
     n_k, d, d_v = k.shape[2], q.shape[3], v.shape[3]
     return Allowance(SAFETY * 2 * (n_k + d + d_v + 10) * unit_roundoff(np.float64) * magnitude,
                      "complex step against analytic <grad, E>: 2 * 2(n_k+d+d_v+10)u * sum |dO| G")
+
+
+_GRADIENT_MEMO = Memo(_gradient_allowance, raised=(ToleranceUndefined,))

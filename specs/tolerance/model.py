@@ -90,6 +90,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specs.dtypes import finfo, numpy_dtype
+from specs.memo import Memo
 from specs.reference import AttentionResult, attention, repeat_kv
 
 SAFETY = 2.0
@@ -327,10 +328,21 @@ def forward_allowance(
     dtype = numpy_dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
         raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
+    if oracle is None:  # a pure function of the inputs: computed once per distinct problem (specs.memo)
+        return _FORWARD_MEMO(q, k, v, dtype.name, past_range, kwargs)
+    return _forward_allowance(q, k, v, dtype.name, past_range, kwargs, oracle)
+
+
+def _forward_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype_name: str, past_range: bool, kwargs: dict,
+                       oracle: AttentionResult | None = None) -> tuple[AttentionResult, Allowance]:
+    dtype = numpy_dtype(dtype_name)
     result = oracle if oracle is not None else attention(q, k, v, **kwargs)
     if dtype == np.float64:
         return result, _a_priori_bound(result, q, k, v)
     return result, _low_precision_bound(result, q, k, v, dtype, kwargs, past_range)
+
+
+_FORWARD_MEMO = Memo(_forward_allowance, raised=(ToleranceUndefined,))
 
 
 def lse_allowance(
