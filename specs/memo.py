@@ -24,9 +24,16 @@ import numpy as np
 DEFAULT_BUDGET_BYTES = 512 * 2**20
 
 
+_PLAIN = (type(None), bool, int, float, complex, str, np.generic)
+
+
+class NotContent(TypeError):
+    """A value a key cannot be made of (its repr may not say all it holds, as a long array's does not)."""
+
+
 def content_key(value: Any) -> Hashable:
     """A hashable key made of `value`'s content: arrays by dtype, shape and the digest of their bytes; tuples, lists
-    and dicts element by element; anything else by type and repr."""
+    and dicts element by element; None, numbers and strings by type and repr. Anything else is NotContent."""
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
         return ("array", data.dtype.str, data.shape, hashlib.blake2b(data.view(np.uint8), digest_size=16).digest())
@@ -36,7 +43,9 @@ def content_key(value: Any) -> Hashable:
         return ("dict", tuple(sorted((str(key), content_key(item)) for key, item in value.items())))
     if isinstance(value, np.dtype):
         return ("dtype", value.str)
-    return (type(value).__name__, repr(value))
+    if isinstance(value, _PLAIN):
+        return (type(value).__name__, repr(value))
+    raise NotContent(f"no content key for a {type(value).__name__}")
 
 
 def stored_bytes(value: Any) -> int:
@@ -73,7 +82,11 @@ class Memo:
         self.misses = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = content_key((args, kwargs))
+        try:
+            key = content_key((args, kwargs))
+        except NotContent:  # an argument the memory cannot key: computed, not remembered
+            self.misses += 1
+            return self.function(*args, **kwargs)
         if key in self._entries:
             self._entries.move_to_end(key)
             self.hits += 1

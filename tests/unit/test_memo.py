@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specs.memo import Memo, content_key
+from specs.memo import Memo, NotContent, content_key
 from specs.problems import build
 from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance
 from specs.tolerance.gradient_bounds import _gradient_allowance
@@ -33,6 +33,14 @@ def test_equal_content_is_one_key_and_any_change_another():
     assert content_key(a) != content_key(changed)
     assert content_key({"scale": 0.5, "mask": None}) == content_key({"mask": None, "scale": 0.5})
     assert content_key(1) != content_key(1.0) != content_key("1")
+    with pytest.raises(NotContent):  # an object's repr may not say all it holds (a long array's is cut short)
+        content_key(object())
+
+
+def test_an_argument_without_a_content_key_is_computed_every_time():
+    calls = []
+    memo = Memo(lambda x, tag: calls.append(tag) or len(calls))
+    assert memo(np.ones(2), object()) == 1 and memo(np.ones(2), object()) == 2 and memo.held_bytes == 0
 
 
 def test_a_hit_computes_nothing_and_returns_a_copy():
