@@ -5,16 +5,34 @@ renders it).
 Without NVRTC, `unavailable` says why and the lists are empty; a kernel that does not compile is an entry of
 `errors` (the first error lines of NVRTC's log), never an exception. A pytest plugin (registered by conftest.py
 and the package's entry point): the run asks for the section through the `pytest_attention_kernel_resources` hook.
+
+What ptxas reports is a pure function of the source, the entries, NVRTC's version and the options (the include
+directories and the architecture among them), so it is kept on disk under that key, beside the CPU builds
+(impls.cuda.runtime.cpu_build.cache_dir): a run compiles a kernel for the report only when one of those changed
+(24 compiles, about 50 s of a main job, otherwise).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from impls.cuda.runtime.cpu_build import cache_dir
 from impls.cuda.runtime.launch import KernelSource
-from impls.cuda.runtime.nvrtc import ARCHITECTURES, CompileError, NvrtcUnavailable, resources, version
+from impls.cuda.runtime.nvrtc import (
+    ARCHITECTURES,
+    CompileError,
+    NvrtcUnavailable,
+    Resources,
+    options,
+    resources,
+    version,
+)
 
 ROOT = Path(__file__).resolve().parents[2]  # the clone (or site-packages): sources are named from here
 
@@ -50,10 +68,31 @@ def kernel_section(kernels: Iterable[KernelSource] | None = None,
     return section
 
 
+def stored_resources(kernel: KernelSource, arch: str) -> list[Resources]:
+    """nvrtc.resources(kernel, arch), read from the disk cache when this source, these entries, this NVRTC and these
+    options were compiled before (a CompileError too: its log is kept)."""
+    key = hashlib.sha256(json.dumps([version(), options(arch), kernel.entries, kernel.text()]).encode()).hexdigest()
+    path = cache_dir().parent / "nvrtc-resources" / f"{kernel.name}-{arch}-{key[:24]}.json"
+    if path.is_file():
+        stored = json.loads(path.read_text())
+    else:
+        try:
+            stored = {"resources": [r.as_dict() for r in resources(kernel, arch)]}
+        except CompileError as exc:
+            stored = {"error": str(exc)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
+            json.dump(stored, handle)
+        os.replace(handle.name, path)  # whole or absent: another process may read it meanwhile
+    if "error" in stored:
+        raise CompileError(stored["error"])
+    return [Resources(**found) for found in stored["resources"]]
+
+
 def _compile_one(kernel: KernelSource, arch: str, section: dict) -> None:
     source = _source(kernel)
     try:
-        found = resources(kernel, arch)
+        found = stored_resources(kernel, arch)
     except NvrtcUnavailable:
         raise
     except CompileError as exc:

@@ -15,7 +15,7 @@ from harness.reporting.report import build_report, write_report
 from impls.cuda import resources as kernel_resources
 from impls.cuda.kernel_catalogue import KERNELS, uncatalogued
 from impls.cuda.runtime.launch import KernelSource
-from impls.cuda.runtime.nvrtc import ARCHITECTURES, NvrtcUnavailable, version
+from impls.cuda.runtime.nvrtc import ARCHITECTURES, NvrtcUnavailable, resources, version
 
 SOURCE = """
 __global__ void heavy(const float* x, float* y, int n) {
@@ -108,3 +108,24 @@ def test_the_report_carries_the_section(tmp_path):
     for name in ("report.md", "report.html"):
         assert "Not compiled: no NVRTC here" in (tmp_path / name).read_text()
     assert build_report(_state(), 0.0)["kernels"] is None
+
+
+def test_the_numbers_are_kept_on_disk_by_source_entries_compiler_and_options(tmp_path, monkeypatch):
+    """A second run reads what the first compiled; a changed source, and only that, is compiled again; a compile
+    error is kept with its log."""
+    _nvrtc_or_skip()
+    monkeypatch.setenv("ATTN_CUDA_CPU_CACHE", str(tmp_path / "cache"))
+    compiled = []
+    monkeypatch.setattr(kernel_resources, "resources",
+                        lambda kernel, arch: compiled.append((kernel.name, arch)) or resources(kernel, arch))
+    (tmp_path / "tiny.cu").write_text(SOURCE)
+    (tmp_path / "broken.cu").write_text("__global__ void broken(float* y) { y[0] = undeclared; }\n")
+    kernels = [KernelSource(tmp_path / "tiny.cu", ("heavy", "scaled<float>")),
+               KernelSource(tmp_path / "broken.cu", ("broken",))]
+    first = kernel_resources.kernel_section(kernels)
+    assert len(compiled) == 2 * len(ARCHITECTURES)
+    assert kernel_resources.kernel_section(kernels) == first and len(compiled) == 2 * len(ARCHITECTURES)
+    (tmp_path / "tiny.cu").write_text(SOURCE.replace("float local[64]", "float local[32]"))
+    changed = kernel_resources.kernel_section(kernels)
+    assert len(compiled) == 3 * len(ARCHITECTURES) and {name for name, _ in compiled[-2:]} == {"tiny"}
+    assert changed["errors"] == first["errors"] and changed["entries"] != first["entries"]
