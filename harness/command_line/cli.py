@@ -3,7 +3,8 @@
   attention-spec check TARGET... [--impl TARGET] [--report DIR] [-- PYTEST_ARGS...]
       every property (the `properties` and `interpretations` packages, wherever they are installed)
       against the named implementations, `module.path:function` (imported from the current
-      directory) or `path/to/file.py:function`; exits with pytest's exit status.
+      directory) or `path/to/file.py:function`, split over one pytest-xdist worker per core (`-- -n 0`:
+      one process); exits with pytest's exit status.
   attention-spec compare OLD NEW
       the verdicts that changed between two report.json files (or --report directories); exits 1
       when one got worse, 2 when a report cannot be read, 0 otherwise.
@@ -39,7 +40,18 @@ def pytest_args(targets: Sequence[str], report: str | None, extra: Sequence[str]
         args += ["--impl", target]
     if report:
         args += ["--report", report]
-    return args + list(extra)
+    return args + _workers(extra) + list(extra)
+
+
+def _workers(extra: Sequence[str]) -> list[str]:
+    """One pytest-xdist worker per core (each with one thread: harness.pytest_plugin.worker_threads), unless the
+    pytest arguments choose (`-n 0` runs in this process) or pytest-xdist is absent."""
+    chosen = any(arg in ("-n", "--numprocesses") or arg.startswith(("-n", "--numprocesses=")) for arg in extra)
+    if chosen or importlib.util.find_spec("xdist") is None:
+        return []
+    # pytest loads the plugin through its entry point (named "xdist"); with autoloading off, by its module
+    loaded = ["-p", "xdist.plugin"] if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else []
+    return [*loaded, "-n", "auto"]
 
 
 def check(targets: Sequence[str], report: str | None, extra: Sequence[str]) -> int:

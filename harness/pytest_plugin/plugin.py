@@ -35,6 +35,7 @@ from harness.engine.declarations import RUNNING, RunningCheck
 from harness.engine.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
 from harness.pytest_plugin.accept import write_accepted
 from harness.pytest_plugin.stale_rows import record_names, stale_rows, suite_properties
+from harness.pytest_plugin.worker_threads import one_thread_per_worker
 from harness.reporting.kernel_resources import summary_line, wanted
 from harness.reporting.report import build_report, write_report
 from harness.reporting.report_text import terminal_lines
@@ -109,6 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "claims(*slugs, subject='oracle'): the catalogue claims a test checks")
     config.addinivalue_line("markers", "requires(*features): capabilities the implementation needs")
     config.addinivalue_line("markers", f"{LONG_MARKER}: a long regime (n >= 1025 or d = 256)")
+    one_thread_per_worker(config)
     claims = load_claims()
     if not _is_worker(config):  # the controller (or a plain run) checks the table once
         _stop_at_stale_rows(claims, builtin_targets(config))

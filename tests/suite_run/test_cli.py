@@ -58,11 +58,21 @@ def test_check_runs_from_a_directory_outside_the_project(tmp_path):
     assert report["schema"] == 1 and report["profile"] == "ci"
 
 
-def test_pytest_args_name_the_suite_packages_and_pass_the_rest_on():
+def test_pytest_args_name_the_suite_packages_and_pass_the_rest_on(monkeypatch):
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     args = pytest_args(["a:f", "b.py:g"], "out", ["--claims", "sdpa-formula"])
     assert args[:2] == [str(ROOT / "properties"), str(ROOT / "interpretations")]
     assert args[args.index("--rootdir") + 1] == str(ROOT)
-    assert args[-8:] == ["--impl", "a:f", "--impl", "b.py:g", "--report", "out", "--claims", "sdpa-formula"]
+    assert args[-10:] == ["--impl", "a:f", "--impl", "b.py:g", "--report", "out", "-n", "auto",
+                          "--claims", "sdpa-formula"]
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert pytest_args(["a:f"], None, [])[-4:] == ["-p", "xdist.plugin", "-n", "auto"]
+
+
+@pytest.mark.parametrize("chosen", [["-n", "0"], ["-n2"], ["--numprocesses=3"]])
+def test_workers_the_user_chose_replace_one_per_core(chosen):
+    args = pytest_args(["a:f"], None, chosen)
+    assert "auto" not in args and args[-len(chosen):] == chosen
 
 
 def test_check_without_an_implementation_is_a_usage_error(capsys):

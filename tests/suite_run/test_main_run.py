@@ -40,10 +40,10 @@ LONG_ONLY = _long_only_properties()
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("main")
-    # the main job alone took 930 s here with issue 18's checks (638 s before them), and beside the other xdist
-    # worker in `tox -e tests` about half as long again: the limit guards against a hang, not a slow run, so it
-    # leaves twice that room
-    run = run_suite("properties", "interpretations", report_dir=directory, timeout=2800)
+    # as `tox -e report` runs it: one worker per core. The main job alone took 930 s here in one process before
+    # issue 20, and beside the other xdist worker in `tox -e tests` about half as long again: the limit guards
+    # against a hang, not a slow run, so it leaves room for that
+    run = run_suite("properties", "interpretations", "-n", "auto", report_dir=directory, timeout=2800)
     return run, directory
 
 
