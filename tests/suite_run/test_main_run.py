@@ -177,3 +177,21 @@ def test_core_claims_hold_on_every_implementation_that_does_not_declare_them(mai
         assert ran >= 2, f"{slug} ran on only {ran} undeclared implementations"
     for impl in ("numpy-tiled[float64]", "numpy-tiled[float32]"):
         assert run.verdict("tiled-equals-global", impl)["status"] == "pass"
+
+
+def test_every_cuda_kernel_ran_on_the_cpu_under_its_checkers(main_run):
+    """CI runs no cupy env: this run is where each CUDA record meets every property and the memory, race and
+    barrier checkers (where a C++ compiler exists, as on CI)."""
+    from impls.cuda.runtime.cpu_build import compiler_unavailable
+
+    unavailable = compiler_unavailable()
+    if unavailable:
+        pytest.skip(unavailable)
+    run, _ = main_run
+    ready, _ = builtin_impls()
+    on_cpu = [variant.name for variant in variants(ready) if variant.impl.name.endswith("-on-cpu")]
+    assert len(on_cpu) >= 9, on_cpu
+    for name in on_cpu:
+        ran = {v["claim"] for v in run.report["verdicts"] if v["impl"] == name and v["status"] != "skip"}
+        missing = {"sdpa-formula", "kernel-memory-safe", "kernel-race-free", "kernel-barrier-uniform"} - ran
+        assert name in run.report["impls"] and not missing, (name, missing)
