@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench, summary
+from benchmarks import bench, suite_speed, summary
 
 SESSION = pytest.StashKey[bench.Session]()
+SUITE_ROWS = pytest.StashKey[list]()
 RESULT = pytest.StashKey[dict]()
 HERE = Path(__file__).resolve().parent
 
@@ -45,7 +46,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="torch.set_num_threads(N) for the timings (default: torch's own, one per core); on a busy "
                          "machine fewer threads than cores avoids waits at every parallel region's barrier")
     group.addoption("--bench-results", default=str(HERE / "results"), metavar="DIR",
-                    help="where bench-<date>.json/.md/.png go (default benchmarks/results)")
+                    help="where bench-<date>.json/.md/.png (and suite-<date>.json/.md) go (default benchmarks/results)")
+    group.addoption("--suite-cases", default=None, metavar="CASE,...",
+                    help=f"time the suite itself on these cases ({', '.join(suite_speed.CASES)}; default: none)")
+    group.addoption("--suite-baseline", default=None, metavar="DIR",
+                    help="a checkout (e.g. a git worktree of the previous HEAD) whose suite runs each case in turn "
+                         "with ours; the results give the ratio")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,6 +68,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "point" in metafunc.fixturenames:
         chosen = bench.points(metafunc.config.getoption("bench_n"), metafunc.config.getoption("bench_d"))
         metafunc.parametrize("point", chosen, ids=[p.id for p in chosen])
+
+
+@pytest.fixture
+def suite_rows(request: pytest.FixtureRequest) -> list[dict]:
+    return request.config.stash.setdefault(SUITE_ROWS, [])
 
 
 @pytest.fixture
@@ -110,8 +121,22 @@ def _memory(config: pytest.Config, session: bench.Session, notes: list[str]) -> 
     return rows
 
 
+def _write_suite_speed(config: pytest.Config) -> None:
+    rows = config.stash.get(SUITE_ROWS, [])
+    if not rows:
+        return
+    data = suite_speed.summarise(rows, baseline=config.getoption("suite_baseline"), environment=bench.environment())
+    stem = f"suite-{datetime.date.today().isoformat()}"
+    paths = suite_speed.write(data, Path(config.getoption("bench_results")), stem)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(suite_speed.markdown(data))
+        reporter.write_line("suite speed written to " + ", ".join(map(str, paths)))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    _write_suite_speed(config)
     state = config.stash.get(SESSION, None)
     if state is None or not state.timings:
         return
