@@ -57,6 +57,27 @@ def repeat_kv(x: np.ndarray, group: int) -> np.ndarray:
     return np.repeat(x, group, axis=1) if group > 1 else x
 
 
+HALF_LOOP_MIN_OUTPUTS = 2048  # below this many outputs NumPy's own float16 loop is as fast
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.matmul; for float16 the same bits, faster. NumPy multiplies float16 matrices in a scalar loop that sums
+    each output's products in float32, in order over k, and rounds once to float16. The same sum in vectorised
+    float32 steps, one per k, is exact to the bit (a product of two float16 is exact in float32) and 5-9 times
+    faster at attention's shapes (tests/unit/test_reference.py holds it to np.matmul's bits)."""
+    if a.dtype != np.float16 or b.dtype != np.float16 or a.ndim < 2 or b.ndim < 2:
+        return np.matmul(a, b)
+    shape = np.broadcast_shapes(a.shape[:-1] + (1,), b.shape[:-2] + (1, b.shape[-1]))
+    if a.shape[-1] != b.shape[-2] or int(np.prod(shape)) < HALF_LOOP_MIN_OUTPUTS:
+        return np.matmul(a, b)  # NumPy's own message for mismatched shapes
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    total, product = np.zeros(shape, np.float32), np.empty(shape, np.float32)
+    for k in range(a.shape[-1]):
+        np.multiply(a32[..., :, k:k + 1], b32[..., k:k + 1, :], out=product)
+        total += product
+    return total.astype(np.float16)
+
+
 def visible_keys(
     shape: AttentionShape,
     *,
@@ -106,7 +127,7 @@ def attention(
     k_all, v_all = repeat_kv(k, shape.group), repeat_kv(v, shape.group)
 
     # NumPy's bfloat16 matrix products return float32, and a Python float promotes bfloat16: round as float16 does
-    scores = np.matmul(q, k_all.swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
+    scores = matmul(q, k_all.swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
     allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask)
     if finite and dtype == np.float64:
         # In float64 this is the oracle: finite inputs whose scaled scores leave float64's range (|scale| q.k
@@ -133,7 +154,7 @@ def attention(
     dropped = None
     if keep is not None:
         dropped = np.where(keep, weights / dtype.type(1 - dropout_p), dtype.type(0))
-    out = np.matmul(weights if dropped is None else dropped, v_all).astype(dtype, copy=False)
+    out = matmul(weights if dropped is None else dropped, v_all).astype(dtype, copy=False)
     return AttentionResult(out, weights, lse, scores, allowed, s, dropped)
 
 

@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specs import examples
 from specs.problems import build
-from specs.reference import attention, attention_output, merge_heads, multi_head_attention, split_heads
+from specs.reference import attention, attention_output, matmul, merge_heads, multi_head_attention, split_heads
 from specs.tolerance import difference_allowance, dot_product_allowance, forward_allowance, lse_allowance
 from specs.validation import AttentionInputError
 
@@ -179,3 +181,36 @@ def test_non_finite_inputs_when_allowed_stay_where_no_query_sees_them():
     assert np.isnan(attention(p.q, k, v, finite=False).out[0]).all()
     with pytest.raises(AttentionInputError, match="k contains a non-finite value"):
         attention(p.q, k, v, mask=mask)
+
+
+def _same_float16(got: np.ndarray, expected: np.ndarray) -> bool:
+    """The same bits, NaN at the same places (a NaN's payload is the cast's business)."""
+    nan = np.isnan(expected)
+    return (got.shape == expected.shape and np.array_equal(np.isnan(got), nan)
+            and np.array_equal(got.view(np.uint16)[~nan], expected.view(np.uint16)[~nan]))
+
+
+@given(batch=st.sampled_from([(), (1,), (2, 3), (1, 4)]), m=st.integers(1, 70), k=st.integers(1, 90),
+       n=st.integers(1, 70), magnitude=st.sampled_from([1e-6, 1e-3, 1.0, 30.0, 3e3]), seed=st.integers(0, 2**16),
+       special=st.sampled_from([None, np.inf, -np.inf, np.nan, 0.0]))
+@settings(max_examples=200, deadline=None)
+def test_float16_matmul_has_numpys_bits(batch, m, k, n, magnitude, seed, special):
+    """specs.reference.matmul sums float16 products in float32 steps: NumPy's own float16 product, to the bit,
+    through overflow to inf, subnormals, infinities and NaN."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((*batch, m, k)) * magnitude).astype(np.float16)
+    b = (rng.standard_normal((*batch, k, n)) * magnitude).astype(np.float16)
+    if special is not None:
+        a[(0,) * len(batch) + (0, 0)] = special
+    assert _same_float16(matmul(a, b), np.matmul(a, b))
+
+
+def test_float16_matmul_bits_tell_a_float16_running_sum_apart():
+    """The check above has power: summing in float16 (rounding after each product) is caught."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 64, 64)).astype(np.float16)
+    b = rng.standard_normal((4, 64, 64)).astype(np.float16)
+    running = np.zeros((4, 64, 64), np.float16)
+    for j in range(64):
+        running += a[..., :, j:j + 1] * b[..., j:j + 1, :]
+    assert _same_float16(matmul(a, b), np.matmul(a, b)) and not _same_float16(running, np.matmul(a, b))
