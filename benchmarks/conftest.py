@@ -51,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"time the suite itself on these cases ({', '.join(suite_speed.CASES)}; default: none)")
     group.addoption("--suite-baseline", default=None, metavar="DIR",
                     help="a checkout (e.g. a git worktree of the previous HEAD) whose suite runs each case in turn "
-                         "with ours; the results give the ratio")
+                         "with ours; the results give the ratio. Write --suite-baseline=DIR: pytest takes a lone DIR "
+                         "for a test path (and loads its conftest.py files) before it knows this option")
 
 
 def pytest_configure(config: pytest.Config) -> None:
