@@ -49,7 +49,7 @@ struct LaunchState {
 extern LaunchState launch_state;
 
 struct ThreadState { uint3 idx; unsigned linear = 0; };
-extern thread_local ThreadState* current_thread;
+extern ThreadState* current_thread;  // one OS thread runs a launch (as launch_state: one launch at a time)
 
 void sync_block(Site site);
 void sync_warp(unsigned mask, Site site);

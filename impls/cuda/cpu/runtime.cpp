@@ -11,7 +11,6 @@
 // thread: no context switch through the kernel, no lock per barrier.
 #include "cuda_cpu.h"
 
-#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -33,7 +32,7 @@
 namespace cuda_cpu {
 
 LaunchState launch_state;
-thread_local ThreadState* current_thread = nullptr;
+ThreadState* current_thread = nullptr;
 
 namespace {
 
@@ -90,6 +89,24 @@ std::string where(Site site) {
     return std::string(slash ? slash + 1 : site.file) + ":" + std::to_string(site.line);
 }
 
+// The call sites that reached a barrier in one generation, as (file, line); named only for a diagnostic, so an
+// arrival costs a comparison, not a string.
+struct Sites {
+    std::vector<Site> list;
+    void add(Site site) {
+        for (const Site& s : list)
+            if (s.line == site.line && (s.file == site.file || std::strcmp(s.file, site.file) == 0)) return;
+        list.push_back(site);
+    }
+    std::set<std::string> names() const {
+        std::set<std::string> out;
+        for (const Site& s : list) out.insert(where(s));
+        return out;
+    }
+    bool empty() const { return list.empty(); }
+    void clear() { list.clear(); }
+};
+
 // A barrier over a group of threads (a block, or the lanes of a warp) that counts only the threads still
 // running: it releases when every live member has arrived.
 // The arrivals of one generation release at sync[generation % 2] and its departures acquire there: a thread
@@ -97,7 +114,7 @@ std::string where(Site site) {
 struct Barrier {
     unsigned arrived = 0;
     unsigned long generation = 0;
-    std::set<std::string> sites;
+    Sites sites;
     char sync[2] = {};
 };
 
@@ -120,13 +137,16 @@ struct Block {
     bool aborted = false;
     unsigned long events = 0;  // barrier releases and exits: progress, for deadlock detection
     std::vector<std::string>* diagnostics = nullptr;
-    // Each fiber starts once through makecontext/swapcontext. The plain build then switches with
-    // _setjmp/_longjmp, which (unlike swapcontext) do not save and restore the signal mask with a system call
-    // on every switch; the sanitizer builds switch with swapcontext, which the sanitizers follow.
+    // Each fiber starts once through makecontext. The sanitizer builds switch with swapcontext, which the
+    // sanitizers follow, and every switch goes through the scheduler. The plain build passes control from a
+    // thread that waits (or has finished) straight to the next thread that can run, in the order a scheduler
+    // pass would take, and back to the scheduler only when none can; it switches with GCC's
+    // __builtin_setjmp/__builtin_longjmp, which save only the frame, stack and resume addresses (no signal mask
+    // system call, no cleanup-handler walk).
     ucontext_t scheduler{};
-    jmp_buf scheduler_jump;
+    struct Jump { void* at[5]; };
+    Jump scheduler_jump;
     std::vector<ucontext_t> contexts;
-    struct Jump { jmp_buf at; };
     std::vector<Jump> jumps;
     std::vector<bool> started;
     std::vector<std::unique_ptr<char[]>>* stacks = nullptr;
@@ -135,6 +155,7 @@ struct Block {
     const void* scheduler_stack = nullptr;  // AddressSanitizer: the scheduler's stack
     std::size_t scheduler_stack_size = 0;
     std::vector<bool> finished;
+    unsigned unfinished = 0;
     std::vector<const Barrier*> waiting_on;  // per thread: the barrier it waits at, or null
     std::vector<unsigned long> waiting_generation;
     unsigned running = 0;
@@ -151,9 +172,10 @@ struct Block {
     }
 
     void release(Barrier& b, const char* what) {
-        if (&b == &barrier && b.sites.size() > 1) {
+        std::set<std::string> names = &b == &barrier && b.sites.list.size() > 1 ? b.sites.names() : std::set<std::string>{};
+        if (names.size() > 1) {
             std::string list;
-            for (const auto& s : b.sites) list += (list.empty() ? "" : " and ") + s;
+            for (const auto& s : names) list += (list.empty() ? "" : " and ") + s;
             note(std::string("barrier divergence: threads of ") + block_name() + " met at different " + what +
                  " calls (" + list + ")");
         }
@@ -164,8 +186,8 @@ struct Block {
     }
 
     std::string deadlock() const {
-        std::set<std::string> sites(barrier.sites);
-        for (const auto& w : warps) sites.insert(w.barrier.sites.begin(), w.barrier.sites.end());
+        std::set<std::string> sites = barrier.sites.names();
+        for (const auto& w : warps) sites.merge(w.barrier.sites.names());
         std::string list;
         for (const auto& s : sites) list += (list.empty() ? "" : ", ") + s;
         return "deadlock: in " + block_name() + " every running thread waits and no barrier can release (waiting at " +
@@ -177,9 +199,31 @@ struct Block {
 #ifdef CUDA_CPU_SANITIZED
         to_scheduler(true);
 #else
-        if (!_setjmp(jumps[running].at)) _longjmp(scheduler_jump, 1);
+        if (__builtin_setjmp(jumps[running].at) == 0) leave();
 #endif
     }
+
+#ifndef CUDA_CPU_SANITIZED
+    // Into thread t's fiber, where it last yielded (or at its start); never returns.
+    [[noreturn]] __attribute__((noinline)) void enter(unsigned t) {
+        running = t;
+        current_thread = &states[t];
+        if (started[t]) __builtin_longjmp(jumps[t].at, 1);
+        started[t] = true;
+        setcontext(&contexts[t]);
+        __builtin_unreachable();
+    }
+
+    // From the running thread, which waits or has finished, to the next thread in turn that can run, or to
+    // the scheduler when none can (every thread finished, or a deadlock).
+    [[noreturn]] __attribute__((noinline)) void leave() {
+        for (unsigned step = 1; step <= threads; ++step) {
+            unsigned t = (running + step) % threads;
+            if (can_run(t)) enter(t);
+        }
+        __builtin_longjmp(scheduler_jump.at, 1);
+    }
+#endif
 
 #ifdef CUDA_CPU_SANITIZED
     // The sanitizer builds' switch from the running fiber to the scheduler (`resumable`: it will run again).
@@ -216,7 +260,7 @@ struct Block {
     }
 
     void sync_block(Site site) {
-        barrier.sites.insert(where(site));
+        barrier.sites.add(site);
         ++barrier.arrived;
         unsigned long generation = barrier.generation;
         char* sync = &barrier.sync[generation % 2];
@@ -235,7 +279,7 @@ struct Block {
         if (!(mask & lane_bit))
             note("warp barrier misuse: a lane called a warp-synchronous function with a mask that excludes it (" +
                  where(site) + ")");
-        w.barrier.sites.insert(where(site));
+        w.barrier.sites.add(site);
         w.arrived_mask |= lane_bit;
         unsigned long generation = w.barrier.generation;
         char* sync = &w.barrier.sync[generation % 2];
@@ -260,13 +304,13 @@ struct Block {
         ++events;
         if (barrier.arrived > 0) {
             note("barrier divergence: a thread of " + block_name() + " returned while " +
-                 std::to_string(barrier.arrived) + " threads waited at __syncthreads() (" + *barrier.sites.begin() +
+                 std::to_string(barrier.arrived) + " threads waited at __syncthreads() (" + *barrier.sites.names().begin() +
                  ")");
             if (barrier.arrived == live) release(barrier, "__syncthreads()");
         }
         if (w.arrived_mask && (w.arrived_mask & w.live_mask) == w.live_mask) {
             note("barrier divergence: a lane of a warp in " + block_name() +
-                 " returned while the others waited at a warp-synchronous call (" + *w.barrier.sites.begin() + ")");
+                 " returned while the others waited at a warp-synchronous call (" + *w.barrier.sites.names().begin() + ")");
             w.arrived_mask = 0;
             release(w.barrier, "warp-synchronous");
         }
@@ -301,19 +345,21 @@ void fiber_entry(unsigned linear) {
     {
         RuntimeCode runtime;  // ended before the switch: this fiber's code never resumes
         the_block->finished[linear] = true;
+        --the_block->unfinished;
     }
 #ifdef CUDA_CPU_SANITIZED
     the_block->to_scheduler(false);
 #else
-    _longjmp(the_block->scheduler_jump, 1);
+    the_block->leave();
 #endif
 }
 
-// From the scheduler to thread t's fiber, until it yields or finishes.
+// From the scheduler to thread t's fiber, until control comes back: in the sanitizer builds when t yields or
+// finishes, in the plain build when no thread can run.
 void resume(Block& block, unsigned t) {
+#ifdef CUDA_CPU_SANITIZED
     block.running = t;
     current_thread = &block.states[t];
-#ifdef CUDA_CPU_SANITIZED
     block.started[t] = true;
 #ifdef CUDA_CPU_TSAN
     __tsan_switch_to_fiber((*block.sanitizer_fibers)[t], __tsan_switch_to_fiber_no_sync);
@@ -327,11 +373,7 @@ void resume(Block& block, unsigned t) {
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
 #else
-    if (!_setjmp(block.scheduler_jump)) {
-        if (block.started[t]) _longjmp(block.jumps[t].at, 1);
-        block.started[t] = true;
-        swapcontext(&block.scheduler, &block.contexts[t]);
-    }
+    if (__builtin_setjmp(block.scheduler_jump.at) == 0) block.enter(t);
 #endif
 }
 
@@ -346,16 +388,16 @@ void run_fibers(Block& block) {
         block.contexts[t].uc_link = nullptr;
         makecontext(&block.contexts[t], reinterpret_cast<void (*)()>(fiber_entry), 1, t);
     }
-    unsigned remaining = block.threads;
-    while (remaining > 0) {
+    block.unfinished = block.threads;
+    while (block.unfinished > 0) {
         unsigned long before = block.events;
-        bool started = false;
+        unsigned unfinished_before = block.unfinished;
         for (unsigned t = 0; t < block.threads; ++t) {
             if (!block.can_run(t)) continue;  // finished, or its barrier has not released
             resume(block, t);
-            if (block.finished[t]) --remaining, started = true;
         }
-        if (remaining > 0 && block.events == before && !started && !block.aborted) {
+        if (block.unfinished > 0 && block.events == before && block.unfinished == unfinished_before &&
+            !block.aborted) {
             block.note(block.deadlock());
             block.aborted = true;
         }
