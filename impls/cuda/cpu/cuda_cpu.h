@@ -76,7 +76,7 @@ template <typename... A>
 std::tuple<A...> arguments_of(void (*)(A...));
 
 template <typename To, typename From>
-inline To bit_cast(From from) {
+__attribute__((always_inline)) inline To bit_cast(From from) {
     static_assert(sizeof(To) == sizeof(From));
     To to;
     std::memcpy(&to, &from, sizeof(To));
@@ -105,7 +105,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
 #define __global__
 #define __device__
 #define __host__
-#define __forceinline__ inline
+#define __forceinline__ __attribute__((always_inline)) inline
 #define __noinline__
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
@@ -182,25 +182,32 @@ inline float min(float a, float b) { return fminf(a, b); }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 
 // ---- 16-bit floating point storage ------------------------------------------------------------------------
+// The conversions are always inlined: a read of a 16-bit value in memory stays the caller's access, which the
+// sanitizers watch, and a conversion inside a function they do not watch (mma_sync) costs them nothing.
+#define CUDA_CPU_CONVERSION __attribute__((always_inline)) inline
+#ifdef CUDA_CPU_SANITIZED
+// The table of half values is the emulator's, not the kernel's memory: looked up out of the sanitizers' sight.
+#define CUDA_CPU_TABLE_LOOKUP __attribute__((noinline, no_sanitize_address, no_sanitize_thread)) inline
+#else
+#define CUDA_CPU_TABLE_LOOKUP inline
+#endif
 namespace cuda_cpu {
 // Every half's float value, built once: without F16C instructions g++ widens _Float16 with a library call per
 // element, which made half kernels tens of times slower than bfloat16 ones.
-inline const float* half_values() {
-    static const float* table = [] {
-        static float values[1 << 16];
-        for (unsigned bits = 0; bits < (1u << 16); ++bits)
-            values[bits] = static_cast<float>(bit_cast<_Float16>(static_cast<unsigned short>(bits)));
-        return values;
-    }();
-    return table;
-}
+inline const float* const half_values = [] {
+    static float values[1 << 16];
+    for (unsigned bits = 0; bits < (1u << 16); ++bits)
+        values[bits] = static_cast<float>(bit_cast<_Float16>(static_cast<unsigned short>(bits)));
+    return values;
+}();
+CUDA_CPU_TABLE_LOOKUP float half_value(unsigned short bits) { return half_values[bits]; }
 }  // namespace cuda_cpu
 
 struct __half {
     unsigned short bits;
     __half() = default;
-    __half(float f) : bits(cuda_cpu::bit_cast<unsigned short>(static_cast<_Float16>(f))) {}
-    operator float() const { return cuda_cpu::half_values()[bits]; }
+    CUDA_CPU_CONVERSION __half(float f) : bits(cuda_cpu::bit_cast<unsigned short>(static_cast<_Float16>(f))) {}
+    CUDA_CPU_CONVERSION operator float() const { return cuda_cpu::half_value(bits); }
 };
 inline __half __float2half(float f) { return __half(f); }
 inline __half __float2half_rn(float f) { return __half(f); }
@@ -209,7 +216,7 @@ inline float __half2float(__half h) { return static_cast<float>(h); }
 struct __nv_bfloat16 {
     unsigned short bits;
     __nv_bfloat16() = default;
-    __nv_bfloat16(float f) {
+    CUDA_CPU_CONVERSION __nv_bfloat16(float f) {
         unsigned u = cuda_cpu::bit_cast<unsigned>(f);
         if ((u & 0x7fffffffu) > 0x7f800000u) {
             bits = static_cast<unsigned short>((u >> 16) | 0x40u);  // NaN stays a (quiet) NaN
@@ -217,7 +224,7 @@ struct __nv_bfloat16 {
             bits = static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest, ties to even
         }
     }
-    operator float() const { return cuda_cpu::bit_cast<float>(static_cast<unsigned>(bits) << 16); }
+    CUDA_CPU_CONVERSION operator float() const { return cuda_cpu::bit_cast<float>(static_cast<unsigned>(bits) << 16); }
 };
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
