@@ -115,6 +115,10 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict) -> Gradie
         return GradientOracle(grads, tuple(
             Allowance(SAFETY * e + floor, rule, (("propagated rounding", SAFETY * e), ("underflow floor", floor)))
             for e in errors))
+    largest = max(float(np.abs(g).max(initial=0.0)) for g in grads)
+    if largest > float(finfo(dtype).max):  # its correctly rounded value is infinite: no error to bound
+        raise ToleranceUndefined(f"the exact gradient ({largest:.6g}) is past {dtype}'s largest finite value "
+                                 "on this input")
     with np.errstate(all="ignore"):
         naive = attention_backward(*(x.astype(dtype) for x in (q, k, v, d_out)), **kwargs)
     if not all(np.all(np.isfinite(g)) for g in naive):

@@ -88,6 +88,23 @@ def test_low_precision_rule_is_undefined_where_the_naive_formula_overflows():
         forward_allowance(p.q, p.k, p.v, dtype="float16")
 
 
+@pytest.mark.parametrize("d_out_value, defined", [(60000.0, False), (1000.0, True)])
+def test_gradient_rule_is_undefined_where_the_exact_gradient_is_past_the_dtypes_range(d_out_value, defined):
+    """Eight queries with equal scores over two keys: dV = 8 x 1/2 x dO. At dO = 60000 (a float16) the exact dV
+    is 240000, past float16's largest 65504, where a correct float16 backward returns inf (found by the dev
+    profile: dQ -inf against an exact -78464 on torch-flash-tiled-bottom-right[float16]); at 1000 the rule holds."""
+    rng = np.random.default_rng(3)
+    q = np.zeros((1, 1, 8, 4))
+    k, v = rng.standard_normal((2, 1, 1, 2, 4))
+    d_out = np.full((1, 1, 8, 4), d_out_value)
+    if defined:
+        oracle = tolerance.gradient_allowance(q, k, v, d_out, dtype="float16")
+        assert np.allclose(oracle.grads[2], 4 * d_out_value) and np.all(np.isfinite(oracle.allowances[2].bound))
+    else:
+        with pytest.raises(ToleranceUndefined, match=r"exact gradient \(240000\) is past float16's largest"):
+            tolerance.gradient_allowance(q, k, v, d_out, dtype="float16")
+
+
 def test_unsupported_dtype_is_named():
     p = build()
     with pytest.raises(ValueError, match=r"no tolerance rule for dtype int32; supported: .*'bfloat16'"):
