@@ -1,7 +1,9 @@
 """Run the defect zoo: `python -m zoo.run [--profile ci] [--jobs 2] [NAME ...]` (what `tox -e zoo` runs).
 
-Each defect runs in its own pytest process (`--impl` it, `--claims` the claims of its rows in
-impls/expectations.toml), so one defect's crash or slowness cannot hide another's verdict. A defect is caught when
+Defects that break the same claims share a pytest process, at most BATCH of them (`--impl` each, `--claims` the
+claims of their rows in impls/expectations.toml); each runs on exactly the properties it ran on alone. One
+defect's crash or hang cannot hide another's verdict: the calls of an implementation named with --impl run in a
+worker process (--isolate auto), cut at --impl-timeout. A defect is caught when
 it meets exactly its rows (harness.reporting.rows_met): each row's claim fails as the row says, and nothing fails
 outside a row. Prints, per defect: the mistake, the claims expected, the claims broken, the Hypothesis examples the
 first failure needed, the shrunk input, what was missed; then `caught N of M`. Exit status 0 only when every defect
@@ -49,37 +51,54 @@ class Caught:
         return bool(self.defect.rows) and not self.missed
 
 
-def run_defect(defect: Defect, profile: str, workdir: Path, *, claims: tuple[str, ...] = (),
-               accept: bool = False) -> Caught:
-    """One pytest process: the properties of the defect's claims (or of `claims`) on the defect, with a report;
-    `accept`: its rows measured too (--accept-expectations)."""
-    report_dir = workdir / defect.name
-    accepted = workdir / f"{defect.name}.toml"
+BATCH = 5  # defects per process: startup (imports, collection: about 3 s) paid once, and batches that stay even
+
+
+def batches(defects: tuple[Defect, ...], claims: tuple[str, ...] = ()) -> list[tuple[Defect, ...]]:
+    """The defects grouped by the claims they run on (`claims`, or each one's rows'), in their order, at most BATCH
+    to a group."""
+    groups: dict[tuple[str, ...], list[Defect]] = {}
+    for defect in defects:
+        groups.setdefault(claims or tuple(sorted(defect.breaks)), []).append(defect)
+    return [tuple(group[i:i + BATCH]) for group in groups.values() for i in range(0, len(group), BATCH)]
+
+
+def run_batch(defects: tuple[Defect, ...], profile: str, workdir: Path, *, claims: tuple[str, ...] = (),
+              accept: bool = False) -> list[Caught]:
+    """One pytest process: the properties of the defects' claims (or of `claims`; the same for all of them, see
+    batches) on each defect, with a report; `accept`: their rows measured too (--accept-expectations)."""
+    report_dir = workdir / defects[0].name
+    accepted = workdir / f"{defects[0].name}.toml"
     command = [sys.executable, "-m", "pytest", "properties", "interpretations", "-q", "-p", "no:cacheprovider",
-               "--impl", defect.target, "--claims", ",".join(claims or defect.breaks),
+               *(arg for defect in defects for arg in ("--impl", defect.target)),
+               "--claims", ",".join(claims or sorted(defects[0].breaks)),
                "--long-regimes", "no", "--report", str(report_dir)]
     command += ["--accept-expectations", str(accepted)] if accept else []
     env = {k: v for k, v in os.environ.items() if k not in ("ATTN_IMPLS", "ATTN_BACKENDS")}
     env["HYPOTHESIS_PROFILE"] = profile
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1200)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1200 * len(defects))
     output = (done.stdout + done.stderr)[-3000:]
     path = report_dir / "report.json"
     if not path.exists():
-        return Caught(defect, (), None, "", output, ("the run wrote no report",))
+        return [Caught(defect, (), None, "", output, ("the run wrote no report",)) for defect in defects]
     report = json.loads(path.read_text())
+    measured = parse_sections(accepted.read_text(encoding="utf-8"), str(accepted))["fixture"] \
+        if accept and accepted.exists() else ()
+    return [_caught(defect, report, output, measured) for defect in defects]
+
+
+def _caught(defect: Defect, report: dict, output: str, measured: tuple[Row, ...] | list[Row]) -> Caught:
+    """What the run's report says of one defect of its batch."""
     subject = f"{defect.target}["
     failed = [v for v in report["verdicts"] if v["impl"].startswith(subject) and v["status"] == "fail"]
     smallest = min(failed, key=_input_size, default=None)
     shrunk = ""
     if smallest is not None and smallest.get("counterexample"):
         shrunk = smallest["counterexample"].get("problem") or smallest["counterexample"].get("shapes") or ""
-    measured = ()
-    if accept and accepted.exists():
-        measured = tuple(row for row in parse_sections(accepted.read_text(encoding="utf-8"), str(accepted))["fixture"]
-                         if row.subject == defect.target)
     return Caught(defect, tuple(sorted({v["claim"] for v in failed})),
                   min((v["examples_to_failure"] for v in failed if v.get("examples_to_failure")), default=None),
-                  shrunk, output, missed_rows(defect.target, defect.rows, report), measured)
+                  shrunk, output, missed_rows(defect.target, defect.rows, report),
+                  tuple(row for row in measured if row.subject == defect.target))
 
 
 def _input_size(verdict: dict) -> int:
@@ -92,8 +111,14 @@ def _input_size(verdict: dict) -> int:
 
 def run_zoo(defects: tuple[Defect, ...] = DEFECTS, *, profile: str = "ci", jobs: int = 2,
             claims: tuple[str, ...] = (), accept: bool = False) -> list[Caught]:
+    """Every defect's result, in the order given."""
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(lambda d: run_defect(d, profile, Path(tmp), claims=claims, accept=accept), defects))
+        found = [caught for results in pool.map(
+                     lambda batch: run_batch(batch, profile, Path(tmp), claims=claims, accept=accept),
+                     batches(defects, claims))
+                 for caught in results]
+    by_name = {caught.defect.name: caught for caught in found}
+    return [by_name[defect.name] for defect in defects]
 
 
 def table(results: list[Caught]) -> list[str]:
