@@ -1,8 +1,8 @@
 """Running a kernel launch on this CPU (impls/cuda/cpu): in process through ctypes, or as a standalone driver
 process under a checker (barriers, AddressSanitizer, ThreadSanitizer, UBSan), fed the same arguments.
 
-Either way every array argument is copied first, so the caller's arrays are never written (as with a copy
-to a device), and the arguments after the launch come back.
+Either way every array argument the kernel gets is copied first, so the caller's arrays are never written (as
+with a copy to a device), and the arguments after the launch come back.
 """
 
 from __future__ import annotations
@@ -50,11 +50,12 @@ class CpuRun:
     diagnostics: tuple[str, ...]  # barrier divergence found while the launch completed
 
 
-def _copies(launch: Launch) -> list[np.ndarray | np.generic]:
+def _copies(launch: Launch, unbacked: frozenset[int] = frozenset()) -> list[np.ndarray | np.generic]:
+    """The launch's arguments, each array copied, but those in `unbacked` (never read or written: passed as is)."""
     copied = []
     for i, arg in enumerate(launch.args):
         if isinstance(arg, np.ndarray):
-            copied.append(np.array(arg, order="C", copy=True))
+            copied.append(arg if i in unbacked else np.array(arg, order="C", copy=True))
         elif arg.dtype in _SCALARS:
             copied.append(arg)
         else:
@@ -112,7 +113,7 @@ def run_checked(kernel: KernelSource, launch: Launch, checker: str, *, first_blo
         raise ValueError(f"unknown checker {checker!r}; valid: {', '.join(CHECKERS)}")
     index = _entry_index(kernel, launch)
     driver = build(kernel, checker)
-    args = _copies(launch)
+    args = _copies(launch, unbacked)  # an unbacked buffer can be far larger than memory: never touched
     with tempfile.TemporaryDirectory() as work:
         lines = [f"entry {index}", "grid {} {} {}".format(*launch.grid), "block {} {} {}".format(*launch.block),
                  f"shared {launch.shared_bytes}", f"blocks {first_block} {block_count}"]
