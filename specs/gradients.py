@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specs.reference import attention, repeat_kv
+from specs.reference import attention, matmul, repeat_kv
 
 
 def sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
@@ -27,13 +27,14 @@ def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray
     group = q.shape[1] // heads_kv
     k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
     p = result.weights
-    d_v = sum_groups(result.applied_weights.swapaxes(-1, -2) @ d_out, heads_kv)
-    d_p = d_out @ v_all.swapaxes(-1, -2)
+    # matmul: np.matmul's bits, float16 products too (the naive float16 baseline of the gradient rule)
+    d_v = sum_groups(matmul(result.applied_weights.swapaxes(-1, -2), d_out), heads_kv)
+    d_p = matmul(d_out, v_all.swapaxes(-1, -2))
     if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
         d_p = d_p * np.where(kwargs["keep"], 1 / (1 - kwargs["dropout_p"]), 0.0)
     d_s = p * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
-    d_q = result.scale * (d_s @ k_all)
-    d_k = sum_groups(result.scale * (d_s.swapaxes(-1, -2) @ q), heads_kv)
+    d_q = result.scale * matmul(d_s, k_all)
+    d_k = sum_groups(result.scale * matmul(d_s.swapaxes(-1, -2), q), heads_kv)
     return d_q, d_k, d_v
 
 

@@ -4,11 +4,13 @@ with: its analytic gradients against complex-step derivatives in random directio
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.api.assertions import assert_within
 from specs.gradients import attention_backward, complex_step_derivative
+from specs.problems import build
 from specs.strategies import problems
 from specs.tolerance import directional_derivative_allowance
 
@@ -30,3 +32,23 @@ def test_analytic_gradient_matches_complex_step(problem, seed, masked):
     assert_within(np.asarray(analytic), np.asarray(numeric),
                   directional_derivative_allowance(q, k, v, d_out, directions, **kwargs),
                   what="<grad, E> of the analytic gradients", versus="the complex-step derivative <dO, J E>")
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.25])
+def test_float16_backward_has_the_bits_of_numpys_own_products(monkeypatch, dropout_p):
+    """The gradient rule's naive float16 baseline multiplies through specs.reference.matmul: the same bits as the
+    formula with np.matmul (NumPy's float16 loop), with GQA, causal and dropout, past matmul's small-size path."""
+    from specs import gradients
+    from specs.dropout_mask import keep_mask
+
+    p = build(batch=1, heads=4, heads_kv=2, n_q=64, n_k=80, d=32, d_v=48, seed=5)
+    q, k, v = (x.astype(np.float16) for x in (p.q, p.k, p.v))
+    d_out = np.random.default_rng(5).standard_normal((1, 4, 64, 48)).astype(np.float16)
+    kwargs = dict(causal=True)
+    if dropout_p:
+        kwargs.update(keep=keep_mask(3, dropout_p, (1, 4, 64, 80)), dropout_p=dropout_p)
+    fast = gradients.attention_backward(q, k, v, d_out, **kwargs)
+    monkeypatch.setattr(gradients, "matmul", np.matmul)
+    numpys = gradients.attention_backward(q, k, v, d_out, **kwargs)
+    for got, expected in zip(fast, numpys, strict=True):
+        assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
