@@ -103,7 +103,6 @@ struct Sites {
         for (const Site& s : list) out.insert(where(s));
         return out;
     }
-    bool empty() const { return list.empty(); }
     void clear() { list.clear(); }
 };
 
@@ -172,7 +171,8 @@ struct Block {
     }
 
     void release(Barrier& b, const char* what) {
-        std::set<std::string> names = &b == &barrier && b.sites.list.size() > 1 ? b.sites.names() : std::set<std::string>{};
+        const bool several = &b == &barrier && b.sites.list.size() > 1;  // threads at different __syncthreads() calls
+        std::set<std::string> names = several ? b.sites.names() : std::set<std::string>{};
         if (names.size() > 1) {
             std::string list;
             for (const auto& s : names) list += (list.empty() ? "" : " and ") + s;
