@@ -54,25 +54,25 @@ class Caught:
 BATCH = 5  # defects per process: startup (imports, collection: about 3 s) paid once, and batches that stay even
 
 
-def batches(defects: tuple[Defect, ...], claims: tuple[str, ...] = ()) -> list[tuple[Defect, ...]]:
+def batches(defects: tuple[Defect, ...],
+            claims: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], tuple[Defect, ...]]]:
     """The defects grouped by the claims they run on (`claims`, or each one's rows'), in their order, at most BATCH
-    to a group."""
+    to a group: (the claims, the group) pairs."""
     groups: dict[tuple[str, ...], list[Defect]] = {}
     for defect in defects:
         groups.setdefault(claims or tuple(sorted(defect.breaks)), []).append(defect)
-    return [tuple(group[i:i + BATCH]) for group in groups.values() for i in range(0, len(group), BATCH)]
+    return [(key, tuple(group[i:i + BATCH])) for key, group in groups.items() for i in range(0, len(group), BATCH)]
 
 
-def run_batch(defects: tuple[Defect, ...], profile: str, workdir: Path, *, claims: tuple[str, ...] = (),
+def run_batch(defects: tuple[Defect, ...], claims: tuple[str, ...], profile: str, workdir: Path, *,
               accept: bool = False) -> list[Caught]:
-    """One pytest process: the properties of the defects' claims (or of `claims`; the same for all of them, see
-    batches) on each defect, with a report; `accept`: their rows measured too (--accept-expectations)."""
+    """One pytest process: the properties of `claims` on each defect, with a report; `accept`: their rows measured
+    too (--accept-expectations)."""
     report_dir = workdir / defects[0].name
     accepted = workdir / f"{defects[0].name}.toml"
     command = [sys.executable, "-m", "pytest", "properties", "interpretations", "-q", "-p", "no:cacheprovider",
                *(arg for defect in defects for arg in ("--impl", defect.target)),
-               "--claims", ",".join(claims or sorted(defects[0].breaks)),
-               "--long-regimes", "no", "--report", str(report_dir)]
+               "--claims", ",".join(claims), "--long-regimes", "no", "--report", str(report_dir)]
     command += ["--accept-expectations", str(accepted)] if accept else []
     env = {k: v for k, v in os.environ.items() if k not in ("ATTN_IMPLS", "ATTN_BACKENDS")}
     env["HYPOTHESIS_PROFILE"] = profile
@@ -114,7 +114,7 @@ def run_zoo(defects: tuple[Defect, ...] = DEFECTS, *, profile: str = "ci", jobs:
     """Every defect's result, in the order given."""
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=jobs) as pool:
         found = [caught for results in pool.map(
-                     lambda batch: run_batch(batch, profile, Path(tmp), claims=claims, accept=accept),
+                     lambda batch: run_batch(batch[1], batch[0], profile, Path(tmp), accept=accept),
                      batches(defects, claims))
                  for caught in results]
     by_name = {caught.defect.name: caught for caught in found}
