@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specs.dtypes import accumulator
+from specs.score_mods import NO_MODS, ScoreMods, alignment_offset, check_score_mods, modify_scores, window_visible
 from specs.validation import (
     AttentionInputError,
     AttentionShape,
@@ -84,16 +85,20 @@ def visible_keys(
     causal: bool,
     causal_alignment: str,
     mask: np.ndarray | None,
+    mods: ScoreMods = NO_MODS,
 ) -> np.ndarray | None:
-    """Boolean (batch, heads, n_q, n_k): may query i attend to key j? None means all may."""
-    allowed = None
+    """Boolean (batch, heads, n_q, n_k): may query i attend to key j? None means all may. Causal, the window
+    (specs.score_mods) and a -inf bias hide keys as the mask does."""
+    offset = alignment_offset(shape, causal_alignment)
+    window = mods.window
     if causal:
-        offset = 0 if causal_alignment == "top_left" else shape.n_k - shape.n_q
-        rows = np.arange(shape.n_q)[:, None]
-        cols = np.arange(shape.n_k)[None, :]
-        allowed = np.broadcast_to(cols <= rows + offset, shape.scores_shape)
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+        window = (-1, 0) if window is None else (window[0], 0)  # causal: j <= i + offset
+    hidden_by_bias = None if mods.bias is None or not np.isneginf(mods.bias).any() else mods.bias > -np.inf
+    allowed = None
+    for part in (None if window is None else np.broadcast_to(window_visible(shape, window, offset),
+                                                             shape.scores_shape), mask, hidden_by_bias):
+        if part is not None:
+            allowed = part if allowed is None else allowed & part
     return allowed
 
 
@@ -109,8 +114,16 @@ def attention(
     finite: bool = True,
     keep: np.ndarray | None = None,
     dropout_p: float = 0.0,
+    bias: np.ndarray | None = None,
+    window_size: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: np.ndarray | None = None,
+    sinks: np.ndarray | None = None,
 ) -> AttentionResult:
     """softmax(q k^T * scale) v in the inputs' precision, with weights and log-sum-exp.
+
+    bias, window_size, softcap, alibi_slopes and sinks modify the scores and the softmax beyond the seeds, in the
+    order and with the semantics of specs.score_mods; with sinks, a row's weights sum to less than 1.
 
     keep (boolean, broadcastable to the weights) applies dropout at rate dropout_p: the output is
     (P * keep / (1 - dropout_p)) v (seed 000 § Fused Attention: Softmax -> Dropout -> MatMul).
@@ -121,6 +134,8 @@ def attention(
     shape = check_shapes(q, k, v, finite=finite)
     check_causal(causal, causal_alignment)
     mask = check_mask(mask, shape)
+    mods = check_score_mods(shape, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                            sinks=sinks)
     s = resolve_scale(scale, shape.d)
     dtype = np.result_type(q, k, v)
     q, k, v = (x.astype(dtype, copy=False) for x in (q, k, v))
@@ -128,7 +143,7 @@ def attention(
 
     # NumPy's bfloat16 matrix products return float32, and a Python float promotes bfloat16: round as float16 does
     scores = matmul(q, k_all.swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
-    allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask)
+    allowed = visible_keys(shape, causal=causal, causal_alignment=causal_alignment, mask=mask, mods=mods)
     if finite and dtype == np.float64:
         # In float64 this is the oracle: finite inputs whose scaled scores leave float64's range (|scale| q.k
         # past 1.8e308) have no float64 answer, and a row of +inf scores would come out as NaN with lse -inf,
@@ -138,19 +153,33 @@ def attention(
             where = tuple(int(i) for i in np.argwhere(overflow)[0])
             raise AttentionInputError(f"the scaled score at {where} overflows float64 (scale={s!r}): the oracle "
                                       "is defined where |scale| * |q . k| stays below 1.8e308")
+    if mods.any:
+        with np.errstate(invalid="ignore"):  # -inf bias on a hidden key: replaced below
+            scores = modify_scores(scores, mods, shape, alignment_offset(shape, causal_alignment))
     if allowed is not None:
         scores = np.where(allowed, scores, dtype.type(-np.inf))
         seen_by_some_query = allowed.any(axis=-2)[..., None]
         v_all = np.where(seen_by_some_query, v_all, dtype.type(0))
 
     row_max = scores.max(axis=-1, keepdims=True)
-    has_key = np.isfinite(row_max) | np.isnan(row_max)  # NaN: a visible NaN score, which must propagate
+    sink = None if mods.sinks is None else mods.sinks.astype(dtype)[None, :, None, None]
+    if sink is not None:  # the sink is one more logit of the row (NaN still propagates through np.maximum)
+        row_max = np.maximum(row_max, sink)
+    # NaN: a visible NaN score, which must propagate; -inf: no visible key and no sink; +inf: a sink of +inf, or a
+    # score that overflowed (the naive formula in a low precision), whose row stays non-finite for the tolerance
+    has_key = np.isfinite(row_max) | np.isnan(row_max)
     shift = np.where(has_key, row_max, dtype.type(0))
     unnormalised = np.exp(scores - shift)
     total = unnormalised.sum(axis=-1, keepdims=True, dtype=accumulator(dtype)).astype(dtype, copy=False)
+    if sink is not None:
+        total = (total + np.exp(sink - shift)).astype(dtype, copy=False)
     weights = unnormalised / np.where(has_key, total, dtype.type(1))
+    without_key = dtype.type(-np.inf)
+    if sink is not None:
+        weights = np.where(np.isposinf(sink), dtype.type(0), weights)  # a sink of +inf takes every weight
+        without_key = np.broadcast_to(sink, row_max.shape)  # -inf, or +inf
     with np.errstate(divide="ignore"):
-        lse = np.where(has_key, shift + np.log(total), dtype.type(-np.inf))[..., 0]
+        lse = np.where(has_key, shift + np.log(total), without_key)[..., 0]
     dropped = None
     if keep is not None:
         dropped = np.where(keep, weights / dtype.type(1 - dropout_p), dtype.type(0))
