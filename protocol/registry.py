@@ -31,6 +31,10 @@ from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
 
 SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
+# Beyond the seeds (specs.score_mods): a feature only where the signature names the keyword. A function that takes
+# **kwargs has the seeds' keywords (it may forward them), not these: a wrapper that forwards everything to a kernel
+# without them would be asked for five features it never offered.
+SCORE_MODS = ("bias", "window_size", "softcap", "alibi_slopes", "sinks")
 TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
 BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
 
@@ -62,6 +66,11 @@ class Capabilities:
     cuda_checkers: bool = False  # a CUDA kernel run on the CPU: fn.cuda_run(..., executor=CHECKER) (impls.cuda)
     tensors: str = "numpy"  # "torch": q, k, v (and mask) arrive as torch tensors, and the output is differentiable
     backward: bool = False  # fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv) in NumPy
+    bias: bool = False  # an additive float bias on the scaled scores (SDPA's float attn_mask)
+    window_size: bool = False  # a (left, right) sliding window around each query's diagonal
+    softcap: bool = False  # softcap * tanh(scores / softcap)
+    alibi_slopes: bool = False  # ALiBi: -slope * |i + offset - j|
+    sinks: bool = False  # a per-head logit in each row's softmax denominator
 
     @property
     def gradients(self) -> bool:
@@ -95,10 +104,11 @@ _FEATURE_NOTES = {
     "paged": "no page_size keyword",
     "gradients": "neither tensors='torch' (autograd) nor fn.attention_backward",
     "cuda_checkers": "not a CUDA kernel executed on the CPU (no fn.cuda_run for the memory, race and barrier checkers)",
+    **{mod: f"no `{mod}` keyword named in the signature" for mod in SCORE_MODS},
 }
 FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
 _DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout",
-                                                                    "dropout_seed", "backward"}
+                                                                    "dropout_seed", "backward", *SCORE_MODS}
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,7 +196,8 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
         raise ImplLoadError(f"{target}: tile_keywords {missing} are not in the signature")
     return Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
                         dropout=present["dropout_p"], dropout_seed=present["dropout_seed"], dtypes=dtypes,
-                        tile_keywords=tiles, backward=backward is not None, **declared)
+                        tile_keywords=tiles, backward=backward is not None,
+                        **{mod: mod in params for mod in SCORE_MODS}, **declared)
 
 
 def _import_target(target: str) -> Callable:

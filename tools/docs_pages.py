@@ -49,6 +49,17 @@ MEANINGS = {
                "memory and strides, and the output must be differentiable (gradients through autograd)",
     "backward": "carries `fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv)` in NumPy: the gradient "
                 "properties reach it",
+    "bias": "beyond the seeds: takes a float `bias` broadcastable to (batch, heads, n_q, n_k), added to the scaled "
+            "scores after the softcap (-inf hides a key)",
+    "window_size": "beyond the seeds: takes `window_size=(left, right)`: query i sees keys j with i + offset - left "
+                   "<= j <= i + offset + right, offset as `causal_alignment` says even without `causal`; a "
+                   "negative side is unbounded",
+    "softcap": "beyond the seeds: takes `softcap`: the scaled scores become softcap * tanh(scores / softcap); 0 or "
+               "negative means none",
+    "alibi_slopes": "beyond the seeds: takes `alibi_slopes` of shape (heads,) or (batch, heads): the bias "
+                    "-slope * |i + offset - j|, after the softcap, neither scaled nor capped",
+    "sinks": "beyond the seeds: takes `sinks` of shape (heads,): one logit per head in each row's softmax "
+             "denominator, carrying no value, in the log-sum-exp",
 }
 KEYWORD_OF = {"dropout": "dropout_p"}  # a signature feature whose keyword is not the field's name
 
@@ -74,11 +85,14 @@ def capability_rows(capabilities: type | None = None) -> list[tuple[str, str, st
                             f"{undescribed or 'nothing new'}, drop {gone or 'nothing'}")
     signature = {name: KEYWORD_OF.get(name, name) for name in names
                  if KEYWORD_OF.get(name, name) in registry.SIGNATURE_FEATURES}
+    named_only = {name for name in names if name in registry.SCORE_MODS}
     default = cls()
     rows = []
     for field in dataclasses.fields(cls):
         if field.name in signature:
             how = f"the signature: keyword `{signature[field.name]}`"
+        elif field.name in named_only:
+            how = f"the signature: keyword `{field.name}`, named (not through `**kwargs`)"
         elif field.name == "backward":
             how = "the attribute `fn.attention_backward`"
         else:
