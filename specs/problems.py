@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specs.dtypes import numpy_dtype
 from specs.validation import AttentionInputError
 
 # How q and k are drawn; each style stresses a different part of the computation.
@@ -36,6 +37,11 @@ VALUE_STYLES = (
     "offset",  # 1e3 + N(0, 1): catches weights that do not sum to one
 )
 MASK_LAYOUTS = ("full", "query_key", "key_padding")
+# Beyond the seeds (specs.score_mods): a bias of shape (batch, heads, n_q, n_k), (heads, n_q, n_k) or a key bias
+# (batch, 1, 1, n_k); ALiBi slopes per head or per (batch, head). Their values are multiples of 1/8 (bias and sinks,
+# in [-4, 4]) and of 1/64 (slopes, in (0, 1]): exact in every dtype, so the oracle sees what an implementation gets.
+BIAS_LAYOUTS = ("full", "heads", "keys")
+ALIBI_LAYOUTS = ("heads", "batch_heads")
 # The repro snippet's first lines (harness/api/trial.py); a step sees these names and `p`, nothing else.
 STEP_IMPORTS = (
     "import numpy as np",
@@ -43,7 +49,11 @@ STEP_IMPORTS = (
     "from specs.problems import build, one_hot_values",
 )
 # What a problem's code() must rebuild bit for bit (and a step must not change in the problem it derives from).
-_REBUILT = ("recipe", "q", "k", "v", "mask", "scale", "causal")
+_REBUILT = ("recipe", "q", "k", "v", "mask", "scale", "causal", "bias", "window_size", "softcap", "alibi_slopes",
+            "sinks")
+# the dtype the modification arrays are handed over in, by the implementation's dtype: a bias in its own, slopes and
+# sinks in float32 below float64 (flash_attn_func requires float32 slopes)
+_MOD_DTYPES = {"bias": None, "alibi_slopes": "float32", "sinks": "float32"}
 
 
 class CodeMismatch(Exception):
@@ -69,6 +79,12 @@ class Recipe:
     mask_layout: str | None = None  # None: no mask
     mask_density: float = 0.5
     empty_rows: bool = False  # keep fully masked rows instead of repairing them
+    bias: str | None = None  # a BIAS_LAYOUTS layout; None: no bias
+    bias_hidden: float = 0.0  # the fraction of bias entries that are -inf (hidden keys)
+    window: tuple[int, int] | None = None  # window_size=(left, right)
+    softcap: float = 0.0
+    alibi: str | None = None  # an ALIBI_LAYOUTS layout of the slopes; None: no ALiBi
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         sizes = {f: getattr(self, f) for f in ("batch", "heads", "heads_kv", "n_q", "n_k", "d", "d_v")}
@@ -85,6 +101,10 @@ class Recipe:
             raise AttentionInputError(f"unknown mask_layout {self.mask_layout!r}; one of {MASK_LAYOUTS}")
         if self.mask_layout is not None and self.causal:
             raise AttentionInputError("a recipe has either a causal flag or a mask, not both")
+        if self.bias is not None and self.bias not in BIAS_LAYOUTS:
+            raise AttentionInputError(f"unknown bias layout {self.bias!r}; one of {BIAS_LAYOUTS}")
+        if self.alibi is not None and self.alibi not in ALIBI_LAYOUTS:
+            raise AttentionInputError(f"unknown alibi layout {self.alibi!r}; one of {ALIBI_LAYOUTS}")
 
     def __repr__(self) -> str:
         defaults = Recipe.__dataclass_fields__
@@ -104,9 +124,13 @@ class Problem:
     mask: np.ndarray | None = None
     scale: float | None = None
     causal: bool = False
+    bias: np.ndarray | None = None
+    window_size: tuple[int, int] | None = None
+    softcap: float = 0.0
+    alibi_slopes: np.ndarray | None = None
+    sinks: np.ndarray | None = None
     steps: tuple[str, ...] = field(default=())
     origin: str = ""  # Python expression that builds this problem; default: the recipe
-
 
     def kwargs(self) -> dict:
         """Only the keywords this problem uses, so impls lacking the others can be called."""
@@ -117,7 +141,25 @@ class Problem:
             kw["causal"] = True
         if self.mask is not None:
             kw["mask"] = self.mask
+        if self.window_size is not None:
+            kw["window_size"] = self.window_size
+        if self.softcap:
+            kw["softcap"] = self.softcap
+        kw.update({name: getattr(self, name) for name in _MOD_DTYPES if getattr(self, name) is not None})
         return kw
+
+    def handed(self, dtype: str) -> Problem:
+        """This problem with its score-modification arrays in the dtypes an implementation in `dtype` is handed
+        them (_MOD_DTYPES); exact, as their values are (BIAS_LAYOUTS)."""
+        if dtype == "float64":
+            return self
+        cast = {name: getattr(self, name).astype(numpy_dtype(handed or dtype)) for name, handed in _MOD_DTYPES.items()
+                if getattr(self, name) is not None}
+        return dataclasses.replace(self, **cast) if cast else self
+
+    @property
+    def has_mod_arrays(self) -> bool:
+        return any(getattr(self, name) is not None for name in _MOD_DTYPES)
 
     def replace(self, **changes) -> Problem:
         """The same problem with some arrays or keywords changed (what steps call)."""
@@ -161,6 +203,8 @@ class Problem:
         parts = [f"q {self.q.shape}", f"k {self.k.shape}", f"v {self.v.shape}",
                  f"scale={self.scale}", f"causal={self.causal}"]
         parts.append("mask=None" if self.mask is None else f"mask {self.mask.shape}")
+        parts += [f"{name} {value.shape}" if isinstance(value, np.ndarray) else f"{name}={value}"
+                  for name, value in self.kwargs().items() if name in ("window_size", "softcap", *_MOD_DTYPES)]
         return ", ".join(parts)
 
     def code(self) -> str:
@@ -257,6 +301,21 @@ def _mask(rng: np.random.Generator, r: Recipe) -> np.ndarray | None:
     return mask
 
 
+def _score_mods(rng: np.random.Generator, r: Recipe) -> dict:
+    """The recipe's score modifications, drawn after q, k, v and the mask (a recipe without them draws nothing)."""
+    mods: dict = {"window_size": r.window, "softcap": r.softcap}
+    if r.bias is not None:
+        shape = {"full": (r.batch, r.heads, r.n_q, r.n_k), "heads": (r.heads, r.n_q, r.n_k),
+                 "keys": (r.batch, 1, 1, r.n_k)}[r.bias]
+        bias = rng.integers(-32, 33, shape) / 8.0
+        mods["bias"] = np.where(rng.random(shape) < r.bias_hidden, -np.inf, bias) if r.bias_hidden else bias
+    if r.alibi is not None:
+        mods["alibi_slopes"] = rng.integers(1, 65, (r.heads,) if r.alibi == "heads" else (r.batch, r.heads)) / 64.0
+    if r.sinks:
+        mods["sinks"] = rng.integers(-32, 33, (r.heads,)) / 8.0
+    return mods
+
+
 def build(**fields) -> Problem:
     """Rebuild the problem a recipe describes (the repro snippets call this)."""
     recipe = Recipe(**fields)
@@ -264,7 +323,7 @@ def build(**fields) -> Problem:
     q, k = _scores_inputs(rng, recipe)
     v = _values(rng, recipe)
     mask = _mask(rng, recipe)
-    return Problem(recipe, q, k, v, mask=mask, scale=recipe.scale, causal=recipe.causal)
+    return Problem(recipe, q, k, v, mask=mask, scale=recipe.scale, causal=recipe.causal, **_score_mods(rng, recipe))
 
 
 def one_hot_values(k_shape: tuple[int, ...], d_v: int) -> np.ndarray:

@@ -275,3 +275,37 @@ def problems(
 
     return st.builds(problem, shapes(rules), styles(dtype, score_styles, value_styles),
                      scales(caps) if scale else st.none(), masks() if masked else st.just({}))
+
+
+SCORE_MODS = ("window_size", "softcap", "alibi_slopes", "bias", "sinks")  # the protocol's (specs.score_mods)
+SOFTCAP_RATIOS = (0.1, 2.0)  # a cap between these multiples of the largest |scaled score|: it moves the weights
+
+
+@st.composite
+def with_score_mod(draw, base: st.SearchStrategy[Problem], keyword: str) -> Problem:
+    """A problem of `base` rebuilt with the score modification `keyword` drawn (specs.problems.Recipe's fields):
+    windows from 0 to past the sequence on either side (-1: unbounded), shrinking towards (0, 0); caps between
+    SOFTCAP_RATIOS times the problem's largest |scaled score|; slopes per head or per (batch, head); biases in each
+    layout, some with -inf entries; sinks. q, k, v and the mask are the base problem's (drawn first)."""
+    if keyword not in SCORE_MODS:
+        raise ValueError(f"unknown score modification {keyword!r}; one of {SCORE_MODS}")
+    problem = draw(base)
+    recipe = problem.recipe
+    if keyword == "window_size":
+        side = st.one_of(st.integers(0, 3), st.just(-1), st.integers(0, max(recipe.n_q, recipe.n_k) + 1))
+        extra: dict = {"window": (draw(side, label="left"), draw(side, label="right"))}
+    elif keyword == "softcap":
+        scale = problem.scale if problem.scale is not None else 1 / math.sqrt(recipe.d)
+        largest = float(abs(scale) * max(abs(problem.q[b, h] @ problem.k[b, h // (recipe.heads // recipe.heads_kv)].T)
+                                         .max() for b in range(recipe.batch) for h in range(recipe.heads)))
+        ratio = draw(st.floats(*SOFTCAP_RATIOS), label="softcap / largest |scaled score|")
+        extra = {"softcap": float(f"{ratio * largest:.3g}") if largest > 0 else 1.0}
+    elif keyword == "alibi_slopes":
+        extra = {"alibi": draw(st.sampled_from(("heads", "batch_heads")), label="alibi")}
+    elif keyword == "bias":
+        extra = {"bias": draw(st.sampled_from(("full", "heads", "keys")), label="bias"),
+                 "bias_hidden": draw(st.sampled_from((0.0, 0.3)), label="bias_hidden")}
+    else:
+        extra = {"sinks": True}
+    fields = {name: getattr(recipe, name) for name in recipe.__dataclass_fields__}
+    return build(**{**fields, **extra})

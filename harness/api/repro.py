@@ -76,6 +76,8 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
         f"fn = load_impl({target!r}).fn",
         cast_line(dtype),
     ]
+    if problem.has_mod_arrays and dtype != "float64":
+        lines.append(f"p = p.handed({dtype!r})  # the bias, slopes and sinks as the implementation got them")
     if layout != "contiguous":
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
     if script is not None:

@@ -84,7 +84,7 @@ class Trial:
 
     def oracle_kwargs(self, problem: Problem | None = None) -> dict:
         problem = problem or self.problem
-        return dict(problem.kwargs(), causal_alignment=self.variant.capabilities.causal_alignment)
+        return dict(problem.handed(self.variant.dtype).kwargs(), causal_alignment=self.variant.capabilities.causal_alignment)
 
     # -- calls --------------------------------------------------------------
     def call_raw(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> object:
@@ -99,7 +99,7 @@ class Trial:
         `global_seed` seeds the global generators where the call runs, just before it (harness.engine.call_state)."""
         __tracebackhide__ = True
         impl = self.variant.impl
-        kwargs = {**problem.kwargs(), **extra}
+        kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
         started = time.perf_counter()
         try:
             if impl.target in run_context.current().isolated_targets:

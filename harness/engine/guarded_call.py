@@ -72,14 +72,14 @@ def as_float64(value: object) -> np.ndarray:
 
 
 def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> tuple[tuple, dict]:
-    """q, k, v and the mask as the implementation asked for them (Capabilities.tensors): NumPy as they are,
-    or torch tensors sharing their memory and strides (protocol.torch_convert.as_tensor)."""
+    """q, k, v and the keyword arrays (the mask, a bias, ALiBi slopes, sinks) as the implementation asked for them
+    (Capabilities.tensors): NumPy as they are, or torch tensors sharing their memory and strides
+    (protocol.torch_convert.as_tensor)."""
     if tensors == "numpy":
         return arrays, kwargs
     from protocol.torch_convert import as_tensor  # only implementations that ask for tensors need torch
 
-    mask = kwargs.get("mask")
-    converted = {**kwargs, "mask": as_tensor(mask)} if isinstance(mask, np.ndarray) else kwargs
+    converted = {key: as_tensor(value) if isinstance(value, np.ndarray) else value for key, value in kwargs.items()}
     return tuple(as_tensor(x) for x in arrays), converted
 
 
