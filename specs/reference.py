@@ -46,6 +46,7 @@ class AttentionResult:
     allowed: np.ndarray | None  # boolean visibility, None when every key is visible
     scale: float
     dropped: np.ndarray | None = None  # weights after dropout, P * keep / (1 - p); None without dropout
+    mods: ScoreMods = NO_MODS  # the score modifications beyond the seeds it applied (specs.score_mods)
 
     @property
     def applied_weights(self) -> np.ndarray:
@@ -184,7 +185,7 @@ def attention(
     if keep is not None:
         dropped = np.where(keep, weights / dtype.type(1 - dropout_p), dtype.type(0))
     out = matmul(weights if dropped is None else dropped, v_all).astype(dtype, copy=False)
-    return AttentionResult(out, weights, lse, scores, allowed, s, dropped)
+    return AttentionResult(out, weights, lse, scores, allowed, s, dropped, mods)
 
 
 def attention_output(

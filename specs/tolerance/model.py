@@ -65,6 +65,17 @@ float32 / float16 (bfloat16 below): FlashAttention's rule, per element. The erro
   1e-3 bias on one score moves the output: tests/unit/test_power.py states which slightly
   wrong implementations the rule catches and which are below resolution, and why.
 
+Score modifications beyond the seeds (specs.score_mods) change what a score's error is made of, not how it
+  reaches the output. tanh's derivative is at most 1, so a cap never amplifies the dot product's error, but
+  evaluating c tanh(s / c) costs up to a few u of c absolutely (through the identity 1 - 2 / (exp(2x) + 1) it
+  cancels to u around 0), and adding ALiBi and the bias rounds at u of the partial sums, at most |S| + |ALiBi|
+  + |bias|. So each score carries M_i = 4c + max_j |S_ij| + max_j |ALiBi_ij| + max_j |bias_ij| units of u more
+  (row i's visible keys, finite entries): the float64 bound adds SAFETY 2 M_i u sigma_ic, and the floor's score
+  term adds M_i inside its square. The naive formula in float16 computes the cap, ALiBi and the bias in
+  float16 like everything else (specs.reference), so its error, and the K_FORWARD term with it, grows with the
+  cap's and the biases' magnitudes as it does with the scores'. A sink adds one logit to the row's maximum and
+  sum, errors the sum and normalisation terms already count.
+
 bfloat16: the same rule, from its own unit roundoff u = 2^-8 (8 significand bits, the implicit one
   included, against float16's 11: every storage term, and with them the naive formula's error, is 2^3 = 8
   times float16's) and float32 inside (u_a = 2^-24, as bfloat16 kernels keep S, exp and the accumulators
@@ -187,6 +198,27 @@ def _first_order_terms(result: AttentionResult, q: np.ndarray, k: np.ndarray, v:
     return row_magnitude, np.sqrt(variance), abs_weighted
 
 
+def _modification_magnitude(result: AttentionResult) -> np.ndarray | float:
+    """M_i of the module docstring (..., n_q, 1): what the score modifications' own rounding is proportional to;
+    0 without any."""
+    mods = result.mods
+    if not mods.any:
+        return 0.0
+    visible = np.isfinite(result.scores)
+
+    def largest(x: np.ndarray) -> np.ndarray:
+        return np.max(np.where(visible, np.abs(x), 0.0), axis=-1, keepdims=True)
+
+    magnitude = 4 * mods.softcap + largest(result.scores)
+    if mods.alibi_slopes is not None:  # |i + offset - j| <= |i - j| + |n_k - n_q| in either alignment
+        n_q, n_k = result.scores.shape[-2:]
+        distance = np.abs(np.arange(n_k)[None, :] - np.arange(n_q)[:, None]) + abs(n_k - n_q)
+        magnitude = magnitude + largest(mods.alibi_slopes[:, :, None, None] * distance)
+    if mods.bias is not None:
+        magnitude = magnitude + largest(np.where(np.isfinite(mods.bias), mods.bias, 0.0))
+    return magnitude
+
+
 def _merge_magnitude(result: AttentionResult, n_k: int) -> np.ndarray:
     """L_i = max_j |S_ij| + log n_k + 1 over visible keys (..., n_q, 1): bounds |lse| of any key split."""
     visible = np.isfinite(result.scores)
@@ -202,8 +234,11 @@ def _a_priori_bound(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np
     row_magnitude, spread, abs_weighted = _first_order_terms(result, q, k, v)
     merge = (n_k + 4) * _merge_magnitude(result, n_k)
     floor = n_k * float(finfo(inside).tiny) * float(np.abs(v).max())
-    bound = SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted) + floor
+    modification = SAFETY * 2 * u * _modification_magnitude(result) * spread
+    bound = (SAFETY * (2 * (d + 6) * u * row_magnitude * spread + (3 * n_k + 4 + merge) * u * abs_weighted)
+             + modification + floor)
     terms = (("score rounding", SAFETY * 2 * (d + 6) * u * row_magnitude * spread),
+             *((("score modification rounding", modification),) if result.mods.any else ()),
              ("sum and normalisation rounding", SAFETY * (3 * n_k + 4) * u * abs_weighted),
              ("log-sum-exp merge rounding", SAFETY * merge * u * abs_weighted),
              ("flushed subnormal weights", floor))
@@ -254,7 +289,7 @@ def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np
     b = np.where(visible, s * s * ((q * q) @ (k_all * k_all).swapaxes(-1, -2)), 0.0)
     row_max = np.max(np.where(visible, scores, -np.inf), axis=-1, keepdims=True)
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)
-    per_key = d * a**2 + b + (2 * np.abs(scores) + np.abs(scores - row_max) + 2) ** 2
+    per_key = d * a**2 + b + (2 * np.abs(scores) + np.abs(scores - row_max) + 2 + _modification_magnitude(result)) ** 2
     w = weights**2 * per_key * u_a**2
     # sum_j w_ij (v_jc - O_ic)^2, expanded into three products
     score_terms = w @ (v_all * v_all) - 2 * centre * (w @ v_all) + centre**2 * w.sum(axis=-1, keepdims=True)
