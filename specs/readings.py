@@ -16,6 +16,8 @@ SEED_TITLES = {
     "002_5750249af0d98bb4.txt": "Seed 002: 第三章 注意力机制进阶原理 (advanced principles)",
     "003_fea9ff623fe5f642.txt": "Seed 003: Attention is all you need (3)",
     "convention": "The protocol's own rules (DESIGN.md)",
+    "beyond the seeds": "Beyond the seeds: the score modifications kernels ship (FlashAttention, SDPA, FlexAttention, "
+                        "gpt-oss)",
 }
 
 
