@@ -7,6 +7,9 @@ torch.nn.attention.sdpa_kernel, so a fallback cannot hide which one ran.
 Both take torch tensors (tensors="torch": autograd reaches them), torch.bfloat16 among them (ml_dtypes'
 bfloat16 arrays cross as such: protocol.torch_convert), and
 pass every property in it; their known defects are the same in bfloat16 as in float32.
+Beyond the seeds, both take the protocol's `bias` as SDPA's float attn_mask (added to the scaled scores). SDPA
+takes one attn_mask and refuses one beside is_causal, so with a bias the adapter folds the boolean mask and the
+causal horizon (top-left, SDPA's) into it as -inf.
 """
 
 from __future__ import annotations
@@ -25,6 +28,20 @@ def pinned_sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale,
             enable_gqa=q.shape[1] != k.shape[1],
         )
+
+
+def folded_bias(bias: torch.Tensor | None, mask: torch.Tensor | None, causal: bool, n_q: int,
+                n_k: int) -> tuple[torch.Tensor | None, bool]:
+    """(attn_mask, is_causal) for SDPA: the boolean mask without a bias; with one, the bias with the keys the
+    mask or the top-left causal horizon hides set to -inf, and is_causal off."""
+    if bias is None:
+        return mask, causal
+    hidden = torch.tensor(float("-inf"), dtype=bias.dtype)
+    if mask is not None:
+        bias = torch.where(mask, bias, hidden)
+    if causal:
+        bias = torch.where(torch.ones(n_q, n_k, dtype=torch.bool).tril(), bias, hidden)
+    return bias, False
 
 
 def _probe(backend: SDPBackend) -> str | None:
@@ -47,7 +64,9 @@ def sdpa_math(
     causal: bool = False,
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    mask, causal = folded_bias(bias, mask, causal, q.shape[2], k.shape[2])
     return pinned_sdpa(SDPBackend.MATH, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
 
 
@@ -62,7 +81,9 @@ def sdpa_flash_cpu(
     scale: float | None = None,
     causal: bool = False,
     mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    mask, causal = folded_bias(bias, mask, causal, q.shape[2], k.shape[2])
     # the flash kernel takes only inputs whose last dim is contiguous (torch's sdp_utils: "No available kernel"
     # otherwise, where unpinned dispatch would fall back to MATH): the adapter copies, as dispatch cannot here
     q, k, v = (x.contiguous() for x in (q, k, v))
