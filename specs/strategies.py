@@ -21,7 +21,7 @@ from typing import NamedTuple, Protocol
 from hypothesis import strategies as st
 
 from specs.dtypes import finfo
-from specs.problems import MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
+from specs.problems import ALIBI_LAYOUTS, BIAS_LAYOUTS, MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
 
 
 class ShapeCapabilities(Protocol):
@@ -301,9 +301,9 @@ def with_score_mod(draw, base: st.SearchStrategy[Problem], keyword: str) -> Prob
         ratio = draw(st.floats(*SOFTCAP_RATIOS), label="softcap / largest |scaled score|")
         extra = {"softcap": float(f"{ratio * largest:.3g}") if largest > 0 else 1.0}
     elif keyword == "alibi_slopes":
-        extra = {"alibi": draw(st.sampled_from(("heads", "batch_heads")), label="alibi")}
+        extra = {"alibi": draw(st.sampled_from(ALIBI_LAYOUTS), label="alibi")}
     elif keyword == "bias":
-        extra = {"bias": draw(st.sampled_from(("full", "heads", "keys")), label="bias"),
+        extra = {"bias": draw(st.sampled_from(BIAS_LAYOUTS), label="bias"),
                  "bias_hidden": draw(st.sampled_from((0.0, 0.3)), label="bias_hidden")}
     else:
         extra = {"sinks": True}
