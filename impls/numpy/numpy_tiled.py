@@ -5,6 +5,10 @@ and values; each score block is used once and discarded; the online softmax
 (impls.numpy.online_softmax) keeps the running statistics. Blocks entirely in a
 query block's causal future are skipped, as FlashAttention does.
 
+Beyond the seeds it takes a sliding window, softcap, ALiBi and an additive bias (specs/score_mods.py's order,
+top-left alignment), each applied to a block's scores as the block is made; blocks wholly outside the window of
+every row of a query block are skipped (`visited_blocks` counts the ones that are not).
+
 `tiled_attention_backward` is its backward pass, FlashAttention-2's: the forward's
 log-sum-exp lets each block of P be recomputed from Q_i and K_j alone, so the
 n_q x n_k matrix is never built either way.
@@ -18,6 +22,7 @@ from impls.numpy.online_softmax import OnlineSoftmax, values_seen
 from protocol.registry import attention_impl
 from specs.dtypes import is_float
 from specs.reference import repeat_kv
+from specs.score_mods import ScoreMods, check_score_mods
 from specs.validation import AttentionInputError, check_mask, check_shapes, resolve_scale
 
 
@@ -25,6 +30,46 @@ def check_block_size(name: str, size: object) -> int:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise AttentionInputError(f"{name} must be a positive int, got {size!r}")
     return int(size)
+
+
+def _key_range(r0: int, r1: int, n_k: int, causal: bool, window: tuple[int, int] | None) -> range:
+    """The key positions some row of [r0, r1) may see under causal and the window (top-left): the rest is skipped."""
+    first, last = 0, n_k - 1
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    if left >= 0:
+        first = max(first, r0 - left)
+    if right >= 0:
+        last = min(last, r1 - 1 + right)
+    return range(first, last + 1)
+
+
+def _modified_block(scores: np.ndarray, mods: ScoreMods, rows: range, cols: range, causal: bool,
+                    mask: np.ndarray | None) -> np.ndarray:
+    """A block's scaled scores after the cap, ALiBi and the bias, with -inf where causal, the window, the mask or
+    a -inf bias hide the key."""
+    dtype = scores.dtype
+    if mods.softcap > 0:
+        cap = dtype.type(mods.softcap)
+        scores = cap * np.tanh(scores / cap)
+    past = np.arange(cols.start, cols.stop)[None, :] - np.arange(rows.start, rows.stop)[:, None]  # j - i: top-left
+    if mods.alibi_slopes is not None:
+        scores = scores - mods.alibi_slopes.astype(dtype)[:, :, None, None] * np.abs(past).astype(dtype)
+    if mods.bias is not None:
+        scores = scores + mods.bias[:, :, rows.start:rows.stop, cols.start:cols.stop].astype(dtype)
+    visible = np.ones(past.shape, bool)
+    left, right = mods.window if mods.window is not None else (-1, -1)
+    if causal:
+        visible &= past <= 0
+    if left >= 0:
+        visible &= past >= -left
+    if right >= 0:
+        visible &= past <= right
+    scores = np.where(visible, scores, -np.inf)
+    if mask is not None:
+        scores = np.where(mask[:, :, rows.start:rows.stop, cols.start:cols.stop], scores, -np.inf)
+    return scores
 
 
 def tiled_attention(
@@ -38,10 +83,15 @@ def tiled_attention(
     block_rows: int = 16,
     block_cols: int = 16,
     return_lse: bool = False,
+    window_size: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
 ):
     """Attention computed block by block; top-left causal alignment."""
     shape = check_shapes(q, k, v, finite=False)
     mask = check_mask(mask, shape)
+    mods = check_score_mods(shape, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     s = resolve_scale(scale, shape.d)
     rows_per_block = check_block_size("block_rows", block_rows)
     cols_per_block = check_block_size("block_cols", block_cols)
@@ -51,21 +101,21 @@ def tiled_attention(
     lse = np.empty(shape.scores_shape[:-1], dtype=dtype)
     for r0 in range(0, shape.n_q, rows_per_block):
         r1 = min(r0 + rows_per_block, shape.n_q)
-        rows = np.arange(r0, r1)[:, None]
         state = OnlineSoftmax((shape.batch, shape.heads, r1 - r0), shape.d_v, dtype)
-        for c0 in range(0, shape.n_k, cols_per_block):
-            if causal and c0 > r1 - 1:
-                break  # this and every later key block lies in the future of all these rows
+        keys = _key_range(r0, r1, shape.n_k, causal, mods.window)
+        # every key block that holds a key of `keys`; the blocks before and after it are skipped whole
+        for c0 in range(keys.start // cols_per_block * cols_per_block, keys.stop, cols_per_block):
             c1 = min(c0 + cols_per_block, shape.n_k)
-            scores = (q[:, :, r0:r1] @ k[:, :, c0:c1].swapaxes(-1, -2)) * s
-            if causal:
-                scores = np.where(np.arange(c0, c1)[None, :] <= rows, scores, -np.inf)
-            if mask is not None:
-                scores = np.where(mask[:, :, r0:r1, c0:c1], scores, -np.inf)
+            tiled_attention.visited_blocks += 1
+            scores = ((q[:, :, r0:r1] @ k[:, :, c0:c1].swapaxes(-1, -2)) * s).astype(dtype, copy=False)
+            scores = _modified_block(scores, mods, range(r0, r1), range(c0, c1), causal, mask)
             state.update(scores.astype(dtype, copy=False), v[:, :, c0:c1])
         out[:, :, r0:r1] = state.output()
         lse[:, :, r0:r1] = state.lse()
     return (out, lse) if return_lse else out
+
+
+tiled_attention.visited_blocks = 0  # key blocks scored, across calls: the window's skipped blocks are not
 
 
 def _check_d_out(d_out: object, out_shape: tuple[int, ...]) -> np.ndarray:
