@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from impls.numpy.numpy_tiled import tiled_attention
 from specs.reference import attention
 from specs.validation import AttentionInputError
 
@@ -171,3 +172,11 @@ def test_a_bad_value_names_its_keyword(kwargs, keyword):
     q, k, v = qkv()
     with pytest.raises(AttentionInputError, match=keyword):
         attention(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, keyword", [(kw, name) for kw, name in BAD if name != "sinks"],
+                         ids=[f"{kw}-{i}" for i, (_, kw) in enumerate(BAD) if kw != "sinks"])
+def test_the_numpy_tiled_record_rejects_a_bad_value_by_its_keyword(kwargs, keyword):
+    q, k, v = qkv()
+    with pytest.raises(AttentionInputError, match=keyword):
+        tiled_attention(q, k, v, **kwargs)
