@@ -84,7 +84,8 @@ class Trial:
 
     def oracle_kwargs(self, problem: Problem | None = None) -> dict:
         problem = problem or self.problem
-        return dict(problem.handed(self.variant.dtype).kwargs(), causal_alignment=self.variant.capabilities.causal_alignment)
+        alignment = self.variant.capabilities.causal_alignment
+        return dict(problem.handed(self.variant.dtype).kwargs(), causal_alignment=alignment)
 
     # -- calls --------------------------------------------------------------
     def call_raw(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> object:

@@ -71,6 +71,10 @@ def as_float64(value: object) -> np.ndarray:
     return np.asarray(value if array is None else array, dtype=np.float64)
 
 
+# the keywords whose arrays cross as tensors with q, k, v; any other (a 0-d array scale) is handed as it is
+TENSOR_KEYWORDS = ("mask", "bias", "alibi_slopes", "sinks")
+
+
 def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> tuple[tuple, dict]:
     """q, k, v and the keyword arrays (the mask, a bias, ALiBi slopes, sinks) as the implementation asked for them
     (Capabilities.tensors): NumPy as they are, or torch tensors sharing their memory and strides
@@ -79,7 +83,8 @@ def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> t
         return arrays, kwargs
     from protocol.torch_convert import as_tensor  # only implementations that ask for tensors need torch
 
-    converted = {key: as_tensor(value) if isinstance(value, np.ndarray) else value for key, value in kwargs.items()}
+    converted = {key: as_tensor(value) if key in TENSOR_KEYWORDS and isinstance(value, np.ndarray) else value
+                 for key, value in kwargs.items()}
     return tuple(as_tensor(x) for x in arrays), converted
 
 
