@@ -5,6 +5,9 @@ Seed 002 § 3.1.1 (可微性: 保持端到端的梯度传播). With P = softmax(
 (with dropout, W = P * keep / (1 - p) replaces P in O and dV, and dP is multiplied by keep / (1 - p)),
   dQ = scale dS K,  dK = scale dS^T Q,
 summed over the query heads of a group for dK, dV.
+Beyond the seeds (specs.score_mods): ALiBi and a bias add constants to the scores and a window hides keys as a
+mask does, so dS is unchanged; a sink joins the normaliser and P excludes it, so dS = P * (dP - rowsum(dO * O))
+still holds; softcap multiplies dS by its derivative 1 - tanh^2(scale q.k / softcap) before dQ and dK.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray
     if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
         d_p = d_p * np.where(kwargs["keep"], 1 / (1 - kwargs["dropout_p"]), 0.0)
     d_s = p * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
+    if result.mods.softcap > 0:
+        cap = result.scores.dtype.type(result.mods.softcap)
+        capped = np.tanh(matmul(q, k_all.swapaxes(-1, -2)) * result.scores.dtype.type(result.scale) / cap)
+        d_s = d_s * (1 - capped * capped)
     d_q = result.scale * matmul(d_s, k_all)
     d_k = sum_groups(result.scale * matmul(d_s.swapaxes(-1, -2), q), heads_kv)
     return d_q, d_k, d_v

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from impls.numpy.numpy_tiled import tiled_attention
+from specs.gradients import attention_backward
 from specs.reference import attention
 from specs.validation import AttentionInputError
 
@@ -180,3 +181,26 @@ def test_the_numpy_tiled_record_rejects_a_bad_value_by_its_keyword(kwargs, keywo
     q, k, v = qkv()
     with pytest.raises(AttentionInputError, match=keyword):
         tiled_attention(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("mods", [dict(softcap=0.7), dict(softcap=0.7, bias=RNG.normal(size=(2, 4, 4, 6))),
+                                  dict(alibi_slopes=np.full(4, 0.3), sinks=np.ones(4), window_size=(2, 1))])
+def test_the_oracle_backward_matches_central_differences_under_the_modifications(mods):
+    """dQ, dK, dV of <d_out, out> against central differences in float64 (specs.gradients: softcap's derivative
+    1 - tanh^2; ALiBi, bias, window and sinks leave dS = P (dP - D) as it is)."""
+    q, k, v = qkv(4, 6)
+    q *= 3  # scores of a few units: the cap bends them
+    d_out = RNG.normal(size=(2, 4, 4, 3))
+    d_q, d_k, d_v = attention_backward(q, k, v, d_out, **mods)
+    step = 1e-6
+    for name, x, grad in (("q", q, d_q), ("k", k, d_k), ("v", v, d_v)):
+        direction = RNG.normal(size=x.shape)
+        args = {"q": q, "k": k, "v": v}
+
+        def loss(t, name=name, direction=direction, args=args):
+            moved = {**args, name: args[name] + t * direction}
+            return np.sum(d_out * attention(moved["q"], moved["k"], moved["v"], **mods).out)
+
+        numeric = (loss(step) - loss(-step)) / (2 * step)
+        # central differences err by O(step^2 |f'''|) + O(u |f| / step): about 1e-9 here
+        assert abs(np.sum(grad * direction) - numeric) <= 1e-7 * max(1.0, abs(numeric)), name
