@@ -7,7 +7,7 @@ query block's causal future are skipped, as FlashAttention does.
 
 Beyond the seeds it takes a sliding window, softcap, ALiBi and an additive bias (specs/score_mods.py's order,
 top-left alignment), each applied to a block's scores as the block is made; blocks wholly outside the window of
-every row of a query block are skipped (`visited_blocks` counts the ones that are not).
+every row of a query block are skipped (`SCORED_BLOCKS` counts the ones that are not).
 
 `tiled_attention_backward` is its backward pass, FlashAttention-2's: the forward's
 log-sum-exp lets each block of P be recomputed from Q_i and K_j alone, so the
@@ -15,6 +15,8 @@ n_q x n_k matrix is never built either way.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -30,6 +32,9 @@ def check_block_size(name: str, size: object) -> int:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise AttentionInputError(f"{name} must be a positive int, got {size!r}")
     return int(size)
+
+
+SCORED_BLOCKS: Counter = Counter()  # key blocks the forward scored, across calls: the window's skipped blocks are not
 
 
 def _key_range(r0: int, r1: int, n_k: int, causal: bool, window: tuple[int, int] | None) -> range:
@@ -106,16 +111,13 @@ def tiled_attention(
         # every key block that holds a key of `keys`; the blocks before and after it are skipped whole
         for c0 in range(keys.start // cols_per_block * cols_per_block, keys.stop, cols_per_block):
             c1 = min(c0 + cols_per_block, shape.n_k)
-            tiled_attention.visited_blocks += 1
+            SCORED_BLOCKS["forward"] += 1
             scores = ((q[:, :, r0:r1] @ k[:, :, c0:c1].swapaxes(-1, -2)) * s).astype(dtype, copy=False)
             scores = _modified_block(scores, mods, range(r0, r1), range(c0, c1), causal, mask)
             state.update(scores.astype(dtype, copy=False), v[:, :, c0:c1])
         out[:, :, r0:r1] = state.output()
         lse[:, :, r0:r1] = state.lse()
     return (out, lse) if return_lse else out
-
-
-tiled_attention.visited_blocks = 0  # key blocks scored, across calls: the window's skipped blocks are not
 
 
 def _check_d_out(d_out: object, out_shape: tuple[int, ...]) -> np.ndarray:

@@ -30,10 +30,9 @@ def blocks_with_a_visible_key(n_q, n_k, rows, cols, window, causal):
 def test_a_window_skips_every_block_outside_it_and_no_other(window, causal, rows, cols):
     n_q = n_k = 200
     q, k, v = (RNG.normal(size=(1, 2, 200, 8)) for _ in range(3))
-    numpy_tiled.tiled_attention.visited_blocks = 0
+    numpy_tiled.SCORED_BLOCKS.clear()
     out = numpy_tiled.tiled_attention(q, k, v, causal=causal, window_size=window, block_rows=rows, block_cols=cols)
-    assert numpy_tiled.tiled_attention.visited_blocks == blocks_with_a_visible_key(n_q, n_k, rows, cols, window,
-                                                                                    causal)
+    assert numpy_tiled.SCORED_BLOCKS["forward"] == blocks_with_a_visible_key(n_q, n_k, rows, cols, window, causal)
     np.testing.assert_allclose(out, attention(q, k, v, causal=causal, window_size=window).out, rtol=1e-12,
                                atol=1e-14)
 
@@ -42,7 +41,7 @@ def test_a_narrow_window_scores_a_sliver_of_the_blocks():
     """(window + block_rows + block_cols) / n of the dense forward's blocks, about: 256 keys of window at n = 4096."""
     n, block = 4096, 64
     q, k, v = (RNG.normal(size=(1, 1, n, 4)) for _ in range(3))
-    numpy_tiled.tiled_attention.visited_blocks = 0
+    numpy_tiled.SCORED_BLOCKS.clear()
     numpy_tiled.tiled_attention(q, k, v, window_size=(128, 128), block_rows=block, block_cols=block)
     dense = (n // block) ** 2
-    assert numpy_tiled.tiled_attention.visited_blocks <= (256 + 2 * block) / n * dense
+    assert numpy_tiled.SCORED_BLOCKS["forward"] <= (256 + 2 * block) / n * dense
