@@ -63,15 +63,16 @@ def _modified_block(scores: np.ndarray, mods: ScoreMods, rows: range, cols: rang
         scores = scores - mods.alibi_slopes.astype(dtype)[:, :, None, None] * np.abs(past).astype(dtype)
     if mods.bias is not None:
         scores = scores + mods.bias[:, :, rows.start:rows.stop, cols.start:cols.stop].astype(dtype)
-    visible = np.ones(past.shape, bool)
     left, right = mods.window if mods.window is not None else (-1, -1)
-    if causal:
-        visible &= past <= 0
-    if left >= 0:
-        visible &= past >= -left
-    if right >= 0:
-        visible &= past <= right
-    scores = np.where(visible, scores, -np.inf)
+    if causal or left >= 0 or right >= 0:
+        visible = np.ones(past.shape, bool)
+        if causal:
+            visible &= past <= 0
+        if left >= 0:
+            visible &= past >= -left
+        if right >= 0:
+            visible &= past <= right
+        scores = np.where(visible, scores, -np.inf)
     if mask is not None:
         scores = np.where(mask[:, :, rows.start:rows.stop, cols.start:cols.stop], scores, -np.inf)
     return scores
