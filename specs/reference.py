@@ -24,7 +24,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from specs.dtypes import accumulator
-from specs.score_mods import NO_MODS, ScoreMods, alignment_offset, check_score_mods, modify_scores, window_visible
+from specs.score_mods import (
+    NO_MODS,
+    ScoreMods,
+    alignment_offset,
+    causal_window,
+    check_score_mods,
+    modify_scores,
+    relative_positions,
+    window_visible,
+)
 from specs.validation import (
     AttentionInputError,
     AttentionShape,
@@ -91,13 +100,12 @@ def visible_keys(
     """Boolean (batch, heads, n_q, n_k): may query i attend to key j? None means all may. Causal, the window
     (specs.score_mods) and a -inf bias hide keys as the mask does."""
     offset = alignment_offset(shape, causal_alignment)
-    window = mods.window
-    if causal:
-        window = (-1, 0) if window is None else (window[0], 0)  # causal: j <= i + offset
+    window = causal_window(mods.window, causal)  # causal: j <= i + offset
     hidden_by_bias = None if mods.bias is None or not np.isneginf(mods.bias).any() else mods.bias > -np.inf
     allowed = None
-    for part in (None if window is None else np.broadcast_to(window_visible(shape, window, offset),
-                                                             shape.scores_shape), mask, hidden_by_bias):
+    past = relative_positions(range(shape.n_q), range(shape.n_k), offset)
+    for part in (None if window is None else np.broadcast_to(window_visible(past, window), shape.scores_shape),
+                 mask, hidden_by_bias):
         if part is not None:
             allowed = part if allowed is None else allowed & part
     return allowed

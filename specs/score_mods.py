@@ -133,15 +133,22 @@ def alignment_offset(shape: AttentionShape, causal_alignment: str) -> int:
     return 0 if causal_alignment == "top_left" else shape.n_k - shape.n_q
 
 
-def relative_positions(shape: AttentionShape, offset: int) -> np.ndarray:
-    """(n_q, n_k): j - (i + offset), the key's distance past query i's diagonal."""
-    return np.arange(shape.n_k)[None, :] - (np.arange(shape.n_q)[:, None] + offset)
+def relative_positions(rows: range, keys: range, offset: int) -> np.ndarray:
+    """(len(rows), len(keys)): j - (i + offset), key j's distance past query i's diagonal."""
+    return np.arange(keys.start, keys.stop)[None, :] - (np.arange(rows.start, rows.stop)[:, None] + offset)
 
 
-def window_visible(shape: AttentionShape, window: tuple[int, int], offset: int) -> np.ndarray:
-    """(n_q, n_k) boolean: key j within (left, right) of query i's diagonal, a negative side unbounded."""
+def causal_window(window: tuple[int, int] | None, causal: bool) -> tuple[int, int] | None:
+    """The window causal leaves: its right bound 0 (causal alone is the window (-1, 0)); None: no bound."""
+    if not causal:
+        return window
+    return (-1, 0) if window is None else (window[0], 0)
+
+
+def window_visible(past: np.ndarray, window: tuple[int, int]) -> np.ndarray:
+    """Boolean like `past` (relative_positions): key within (left, right) of the diagonal, a negative side
+    unbounded."""
     left, right = window
-    past = relative_positions(shape, offset)
     inside = np.ones(past.shape, bool)
     if left >= 0:
         inside &= past >= -left
@@ -157,7 +164,7 @@ def modify_scores(scores: np.ndarray, mods: ScoreMods, shape: AttentionShape, of
         cap = dtype.type(mods.softcap)
         scores = (cap * np.tanh(scores / cap)).astype(dtype, copy=False)
     if mods.alibi_slopes is not None:
-        distance = np.abs(relative_positions(shape, offset)).astype(dtype)
+        distance = np.abs(relative_positions(range(shape.n_q), range(shape.n_k), offset)).astype(dtype)
         slopes = mods.alibi_slopes.astype(dtype)[:, :, None, None]
         scores = (scores - slopes * distance).astype(dtype, copy=False)
     if mods.bias is not None:

@@ -24,7 +24,7 @@ from impls.numpy.online_softmax import OnlineSoftmax, values_seen
 from protocol.registry import attention_impl
 from specs.dtypes import is_float
 from specs.reference import repeat_kv
-from specs.score_mods import ScoreMods, check_score_mods
+from specs.score_mods import ScoreMods, causal_window, check_score_mods, relative_positions, window_visible
 from specs.validation import AttentionInputError, check_mask, check_shapes, resolve_scale
 
 
@@ -40,9 +40,7 @@ SCORED_BLOCKS: Counter = Counter()  # key blocks the forward scored, across call
 def _key_range(r0: int, r1: int, n_k: int, causal: bool, window: tuple[int, int] | None) -> range:
     """The key positions some row of [r0, r1) may see under causal and the window (top-left): the rest is skipped."""
     first, last = 0, n_k - 1
-    left, right = window if window is not None else (-1, -1)
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
+    left, right = causal_window(window, causal) or (-1, -1)
     if left >= 0:
         first = max(first, r0 - left)
     if right >= 0:
@@ -58,21 +56,14 @@ def _modified_block(scores: np.ndarray, mods: ScoreMods, rows: range, cols: rang
     if mods.softcap > 0:
         cap = dtype.type(mods.softcap)
         scores = cap * np.tanh(scores / cap)
-    past = np.arange(cols.start, cols.stop)[None, :] - np.arange(rows.start, rows.stop)[:, None]  # j - i: top-left
+    past = relative_positions(rows, cols, 0)  # top-left
     if mods.alibi_slopes is not None:
         scores = scores - mods.alibi_slopes.astype(dtype)[:, :, None, None] * np.abs(past).astype(dtype)
     if mods.bias is not None:
         scores = scores + mods.bias[:, :, rows.start:rows.stop, cols.start:cols.stop].astype(dtype)
-    left, right = mods.window if mods.window is not None else (-1, -1)
-    if causal or left >= 0 or right >= 0:
-        visible = np.ones(past.shape, bool)
-        if causal:
-            visible &= past <= 0
-        if left >= 0:
-            visible &= past >= -left
-        if right >= 0:
-            visible &= past <= right
-        scores = np.where(visible, scores, -np.inf)
+    window = causal_window(mods.window, causal)
+    if window is not None:
+        scores = np.where(window_visible(past, window), scores, -np.inf)
     if mask is not None:
         scores = np.where(mask[:, :, rows.start:rows.stop, cols.start:cols.stop], scores, -np.inf)
     return scores
