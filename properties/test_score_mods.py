@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
-from harness.api.trial import check_against_oracle, problems_for
-from protocol.registry import Variant
+from harness.api.trial import Trial, check_against_oracle, check_lse_against_oracle, problems_for
+from protocol.registry import SCORE_MODS, Variant
+from specs.keyword_edges import BAD_SCORE_MODS
 from specs.problems import Problem
 from specs.strategies import with_score_mod
 
@@ -28,45 +29,73 @@ CAPPED_STYLES = ("normal", "integers", "spiky")
 
 
 def modified_problem(variant: Variant, keyword: str, data: st.DataObject) -> Problem:
-    """A problem of the record with `keyword` drawn on top, causal or masked where the record takes them."""
+    """A problem of the record with `keyword` drawn on top, causal or masked where the record takes them, and each
+    other modification the record takes drawn or not (the order they compose in): a cap only where it is the
+    property's own keyword, as its styles are CAPPED_STYLES."""
     caps = variant.capabilities
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
     styles = {"score_styles": CAPPED_STYLES} if keyword == "softcap" else {}
     base = problems_for(variant, causal=causal, masked=masked, **SMALL, **styles)
-    return data.draw(with_score_mod(base, keyword), label="problem")
+    companions = tuple(mod for mod in SCORE_MODS if mod not in (keyword, "softcap") and getattr(caps, mod))
+    return data.draw(with_score_mod(base, keyword, companions), label="problem")
+
+
+def check_modified(variant: Variant, problem: Problem) -> None:
+    """The output, and the log-sum-exp where the record returns one, against the oracle's: the LSE is where a sink
+    counts even when the output is right."""
+    __tracebackhide__ = True
+    check_against_oracle(variant, problem)
+    if variant.capabilities.lse:
+        check_lse_against_oracle(variant, problem)
 
 
 @checks("sliding-window-attends-its-band")
 @pytest.mark.requires("window_size")
 @given(data=st.data())
 def test_sliding_window_matches_the_oracle(variant, data):
-    check_against_oracle(variant, modified_problem(variant, "window_size", data))
+    check_modified(variant, modified_problem(variant, "window_size", data))
 
 
 @checks("softcap-caps-scaled-scores")
 @pytest.mark.requires("softcap")
 @given(data=st.data())
 def test_softcap_matches_the_oracle(variant, data):
-    check_against_oracle(variant, modified_problem(variant, "softcap", data))
+    check_modified(variant, modified_problem(variant, "softcap", data))
 
 
 @checks("alibi-is-a-distance-bias")
 @pytest.mark.requires("alibi_slopes")
 @given(data=st.data())
 def test_alibi_matches_the_oracle(variant, data):
-    check_against_oracle(variant, modified_problem(variant, "alibi_slopes", data))
+    check_modified(variant, modified_problem(variant, "alibi_slopes", data))
 
 
 @checks("additive-bias-joins-the-scores")
 @pytest.mark.requires("bias")
 @given(data=st.data())
 def test_additive_bias_matches_the_oracle(variant, data):
-    check_against_oracle(variant, modified_problem(variant, "bias", data))
+    check_modified(variant, modified_problem(variant, "bias", data))
 
 
 @checks("sinks-join-the-denominator")
 @pytest.mark.requires("sinks")
 @given(data=st.data())
 def test_sinks_match_the_oracle(variant, data):
-    check_against_oracle(variant, modified_problem(variant, "sinks", data))
+    check_modified(variant, modified_problem(variant, "sinks", data))
+
+
+@checks("score-mods-reject-bad-values")
+@pytest.mark.parametrize("keyword", [pytest.param(mod, marks=pytest.mark.requires(mod)) for mod in SCORE_MODS])
+@given(data=st.data())
+def test_bad_modifications_are_rejected_by_name(variant, keyword, data):
+    """Each bad value of specs.keyword_edges.BAD_SCORE_MODS on an ordinary problem: the call raises, and the
+    error names the keyword (a bare broadcasting error deep inside the arithmetic does not say what was wrong)."""
+    base = data.draw(problems_for(variant, **SMALL), label="problem")
+    label, step = data.draw(st.sampled_from(BAD_SCORE_MODS[keyword]), label="bad value")
+    problem = base.derive(f"{step}  # {label}")
+    trial = Trial(variant, problem)
+    raised = trial.expect_raised(problem, label)
+    if keyword not in raised:
+        trial.fail(f"rejected {label} without naming {keyword}", problem, details=(raised,),
+                   script="out = fn(q, k, v, **p.kwargs())  # the error should name the keyword")

@@ -13,6 +13,8 @@ value, and the Python expression that rebuilds it (the repro snippet's step and 
   visible, broadcast from rank 1 (keys), 2 (queries x keys), 3 and 4, size-1 dimensions included.
 - dropout_p (specs.dropout_mask.check_dropout: 0 <= p < 1): 0, and rates close to 1.
 - lse: rows that see no key (-inf), and rows whose scores are all huge, all hugely negative or all tiny.
+- the score modifications (specs.score_mods.check_score_mods): values outside the protocol, which an
+  implementation must reject with an error naming the keyword (BAD_SCORE_MODS).
 """
 
 from __future__ import annotations
@@ -121,3 +123,21 @@ def mask_edges(draw, problem: Problem) -> tuple[Edge, ...]:
 def with_mask(problem: Problem, edge: Edge) -> Problem:
     """The problem called with the edge's mask (the step's comment names the pattern, rank and shape)."""
     return problem.derive(f"p = p.replace(mask={edge.code})  # {edge.label}")
+
+
+# keyword -> (what is wrong, the derive step that hands it over): values outside the protocol of
+# specs.score_mods.check_score_mods, each shaped for the problem it is applied to
+BAD_SCORE_MODS = {
+    "window_size": (("a window of non-integers", "p = p.replace(window_size=(1.5, 2))"),
+                    ("a window of one side", "p = p.replace(window_size=(4,))"),
+                    ("a window that is one integer", "p = p.replace(window_size=4)")),
+    "softcap": (("a NaN softcap", "p = p.replace(softcap=float('nan'))"),
+                ("an infinite softcap", "p = p.replace(softcap=float('inf'))")),
+    "alibi_slopes": (("slopes for one head too many", "p = p.replace(alibi_slopes=np.full(p.q.shape[1] + 1, 0.5))"),
+                     ("a NaN slope", "p = p.replace(alibi_slopes=np.full(p.q.shape[1], np.nan))")),
+    "sinks": (("sinks for one head too many", "p = p.replace(sinks=np.zeros(p.q.shape[1] + 1))"),
+              ("a NaN sink", "p = p.replace(sinks=np.full(p.q.shape[1], np.nan))")),
+    "bias": (("a bias with one key too many", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k + 1,)))"),
+             ("an integer bias", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k,), dtype=np.int64))"),
+             ("a NaN bias", "p = p.replace(bias=np.full(p.q.shape[:3] + (p.n_k,), np.nan))")),
+}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,12 +150,13 @@ class Problem:
         return kw
 
     def handed(self, dtype: str) -> Problem:
-        """This problem with its score-modification arrays in the dtypes an implementation in `dtype` is handed
-        them (_MOD_DTYPES); exact, as their values are (BIAS_LAYOUTS)."""
+        """This problem with its floating score-modification arrays in the dtypes an implementation in `dtype` is
+        handed them (_MOD_DTYPES); exact, as their values are (BIAS_LAYOUTS). Others stay as they are: a bias of
+        integers is a bad value to be rejected, not converted."""
         if dtype == "float64":
             return self
         cast = {name: getattr(self, name).astype(numpy_dtype(handed or dtype)) for name, handed in _MOD_DTYPES.items()
-                if getattr(self, name) is not None}
+                if getattr(self, name) is not None and np.issubdtype(getattr(self, name).dtype, np.floating)}
         return dataclasses.replace(self, **cast) if cast else self
 
     @property
@@ -243,10 +245,13 @@ def _copy(value: object) -> object:
 
 
 def _identical(a: object, b: object) -> bool:
-    """Equal, and for arrays equal bit for bit (NaN payloads and signed zeros included)."""
+    """Equal, and for arrays equal bit for bit (NaN payloads and signed zeros included); a float NaN (a bad softcap)
+    is identical to a float NaN."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
                 and a.shape == b.shape and a.tobytes() == b.tobytes())
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
     return a == b
 
 

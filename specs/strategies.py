@@ -282,30 +282,41 @@ SOFTCAP_RATIOS = (0.1, 2.0)  # a cap between these multiples of the largest |sca
 
 
 @st.composite
-def with_score_mod(draw, base: st.SearchStrategy[Problem], keyword: str) -> Problem:
-    """A problem of `base` rebuilt with the score modification `keyword` drawn (specs.problems.Recipe's fields):
-    windows from 0 to past the sequence on either side (-1: unbounded), shrinking towards (0, 0); caps between
-    SOFTCAP_RATIOS times the problem's largest |scaled score|; slopes per head or per (batch, head); biases in each
-    layout, some with -inf entries; sinks. q, k, v and the mask are the base problem's (drawn first)."""
-    if keyword not in SCORE_MODS:
-        raise ValueError(f"unknown score modification {keyword!r}; one of {SCORE_MODS}")
+def with_score_mod(draw, base: st.SearchStrategy[Problem], keyword: str, companions: tuple[str, ...] = ()) -> Problem:
+    """A problem of `base` rebuilt with the score modification `keyword` drawn (specs.problems.Recipe's fields), and
+    each of `companions` drawn or not: windows from 0 to past the sequence on either side (-1: unbounded), shrinking
+    towards (0, 0); caps between SOFTCAP_RATIOS times the problem's largest |scaled score|; slopes per head or per
+    (batch, head); biases in each layout, some with -inf entries; sinks. q, k, v and the mask are the base problem's
+    (drawn first). Companions check the order the modifications compose in (a cap before the bias and ALiBi), and
+    shrink away where the failure does not need them."""
+    for name in (keyword, *companions):
+        if name not in SCORE_MODS:
+            raise ValueError(f"unknown score modification {name!r}; one of {SCORE_MODS}")
     problem = draw(base)
+    extra: dict = {}
+    for name in (keyword, *(c for c in companions if c != keyword)):
+        if name == keyword or draw(st.booleans(), label=f"with {name}"):
+            extra.update(_score_mod_fields(draw, problem, name))
+    recipe = problem.recipe
+    fields = {name: getattr(recipe, name) for name in recipe.__dataclass_fields__}
+    return build(**{**fields, **extra})
+
+
+def _score_mod_fields(draw, problem: Problem, keyword: str) -> dict:
+    """The Recipe fields of one score modification, drawn for `problem` (with_score_mod)."""
     recipe = problem.recipe
     if keyword == "window_size":
         side = st.one_of(st.integers(0, 3), st.just(-1), st.integers(0, max(recipe.n_q, recipe.n_k) + 1))
-        extra: dict = {"window": (draw(side, label="left"), draw(side, label="right"))}
-    elif keyword == "softcap":
+        return {"window": (draw(side, label="left"), draw(side, label="right"))}
+    if keyword == "softcap":
         scale = problem.scale if problem.scale is not None else 1 / math.sqrt(recipe.d)
         largest = float(abs(scale) * max(abs(problem.q[b, h] @ problem.k[b, h // (recipe.heads // recipe.heads_kv)].T)
                                          .max() for b in range(recipe.batch) for h in range(recipe.heads)))
         ratio = draw(st.floats(*SOFTCAP_RATIOS), label="softcap / largest |scaled score|")
-        extra = {"softcap": float(f"{ratio * largest:.3g}") if largest > 0 else 1.0}
-    elif keyword == "alibi_slopes":
-        extra = {"alibi": draw(st.sampled_from(ALIBI_LAYOUTS), label="alibi")}
-    elif keyword == "bias":
-        extra = {"bias": draw(st.sampled_from(BIAS_LAYOUTS), label="bias"),
-                 "bias_hidden": draw(st.sampled_from((0.0, 0.3)), label="bias_hidden")}
-    else:
-        extra = {"sinks": True}
-    fields = {name: getattr(recipe, name) for name in recipe.__dataclass_fields__}
-    return build(**{**fields, **extra})
+        return {"softcap": float(f"{ratio * largest:.3g}") if largest > 0 else 1.0}
+    if keyword == "alibi_slopes":
+        return {"alibi": draw(st.sampled_from(ALIBI_LAYOUTS), label="alibi")}
+    if keyword == "bias":
+        return {"bias": draw(st.sampled_from(BIAS_LAYOUTS), label="bias"),
+                "bias_hidden": draw(st.sampled_from((0.0, 0.3)), label="bias_hidden")}
+    return {"sinks": True}

@@ -21,7 +21,7 @@ from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.repro import call_line_for, index_code, repro_snippet
 from harness.engine import run_context
 from harness.engine.declarations import RUNNING, all_expected
-from harness.engine.guarded_call import CallFailed, call_in_process, checked_array, non_finite_summary
+from harness.engine.guarded_call import CallFailed, as_numpy, call_in_process, checked_array, non_finite_summary
 from harness.engine.isolation import call_isolated
 from protocol.registry import Variant
 from specs.dtypes import numpy_dtype
@@ -35,6 +35,7 @@ from specs.tolerance import (
     affine_image_allowance,
     difference_allowance,
     forward_allowance,
+    lse_allowance,
     metamorphic_allowance,
     own_rounding_bound,
 )
@@ -112,6 +113,20 @@ class Trial:
             running = RUNNING.get()
             if running is not None:
                 running.call_seconds += time.perf_counter() - started
+
+    def expect_raised(self, problem: Problem, accepted: str) -> str:
+        """The summary of the error the implementation raises on `problem` (a call that runs past the limit or
+        crashes is still a failure); if it returns instead, a failure saying it accepted `accepted`."""
+        __tracebackhide__ = True
+        try:
+            raw = self.call_raw(problem)
+        except PropertyViolation as violation:
+            if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
+                raise
+            return violation.__context__.summary
+        returned = tuple(raw.shape) if hasattr(raw, "shape") else type(raw).__name__
+        self.fail(f"accepted {accepted} and returned {returned} instead of raising", problem,
+                  script="out = fn(q, k, v, **p.kwargs())\nprint('returned', tuple(out.shape), 'instead of raising')")
 
     def call(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> np.ndarray:
         """The implementation's output as float64, after checking its type, shape and dtype."""
@@ -298,3 +313,33 @@ def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool
     trial = Trial(variant, problem, past_range=past_range)
     oracle, allowance = trial.oracle()
     trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))
+
+
+def check_lse_against_oracle(variant: Variant, problem: Problem) -> None:
+    """The log-sum-exp of the return_lse=True call against the oracle's (a record with capability lse): equal where
+    the oracle's is infinite (a row that sees no key: -inf, or its sink), within specs.tolerance.lse_allowance
+    elsewhere."""
+    __tracebackhide__ = True
+    trial = Trial(variant, problem)
+    call_line = "out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)"
+    raw = trial.call_raw(problem, return_lse=True)
+    if not isinstance(raw, tuple) or len(raw) != 2:
+        trial.fail("declared lse=True but return_lse=True did not return (out, lse)", call_line=call_line)
+    oracle, _ = trial.oracle()
+    lse = as_numpy(raw[1])
+    if lse is None or lse.shape != oracle.lse.shape:
+        trial.fail(f"return_lse=True returned lse of shape {getattr(raw[1], 'shape', None)}, expected "
+                   f"(batch, heads, n_q) = {oracle.lse.shape}", call_line=call_line)
+    lse = lse.astype(np.float64)
+    infinite = ~np.isfinite(oracle.lse)
+    wrong = infinite & (lse != oracle.lse)
+    if wrong.any():
+        where = tuple(int(i) for i in np.argwhere(wrong)[0])
+        trial.fail("lse differs from the oracle's where that is infinite", call_line=call_line,
+                   details=(f"lse{list(where)} = {lse[where]!r}, expected {oracle.lse[where]!r}",))
+    try:
+        bound = lse_allowance(*trial.exact_inputs(), dtype=variant.dtype, oracle=oracle, **trial.oracle_kwargs())
+    except ToleranceUndefined:
+        reject()  # the naive log-sum-exp overflows in this dtype: the rule has nothing to scale
+    trial.expect_close(np.where(infinite, 0.0, lse), np.where(infinite, 0.0, oracle.lse), bound, what="lse",
+                       call_line=call_line)

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from protocol.registry import attention_impl
+from specs.score_mods import check_score_mods
+from specs.validation import AttentionShape
 
 
 def pinned_sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
@@ -30,12 +32,17 @@ def pinned_sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=
         )
 
 
-def folded_bias(bias: torch.Tensor | None, mask: torch.Tensor | None, causal: bool, n_q: int,
-                n_k: int) -> tuple[torch.Tensor | None, bool]:
-    """(attn_mask, is_causal) for SDPA: the boolean mask without a bias; with one, the bias with the keys the
-    mask or the top-left causal horizon hides set to -inf, and is_causal off."""
+def folded_bias(bias: torch.Tensor | None, mask: torch.Tensor | None, causal: bool, q: torch.Tensor,
+                k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
+    """(attn_mask, is_causal) for SDPA: the boolean mask without a bias; with one, the bias checked against the
+    protocol (specs.score_mods: SDPA would take an integer one, or NaN) and the keys the mask or the top-left
+    causal horizon hides set to -inf, and is_causal off."""
     if bias is None:
         return mask, causal
+    view = bias.detach().cpu()
+    check_score_mods(AttentionShape(*q.shape[:2], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]),
+                     bias=(view.to(torch.float64) if view.is_floating_point() else view).numpy())
+    n_q, n_k = q.shape[2], k.shape[2]
     hidden = torch.tensor(float("-inf"), dtype=bias.dtype)
     if mask is not None:
         bias = torch.where(mask, bias, hidden)
@@ -66,7 +73,7 @@ def sdpa_math(
     dropout_p: float = 0.0,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    mask, causal = folded_bias(bias, mask, causal, q.shape[2], k.shape[2])
+    mask, causal = folded_bias(bias, mask, causal, q, k, v)
     return pinned_sdpa(SDPBackend.MATH, q, k, v, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p)
 
 
@@ -83,7 +90,7 @@ def sdpa_flash_cpu(
     mask: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    mask, causal = folded_bias(bias, mask, causal, q.shape[2], k.shape[2])
+    mask, causal = folded_bias(bias, mask, causal, q, k, v)
     # the flash kernel takes only inputs whose last dim is contiguous (torch's sdp_utils: "No available kernel"
     # otherwise, where unpinned dispatch would fall back to MATH): the adapter copies, as dispatch cannot here
     q, k, v = (x.contiguous() for x in (q, k, v))

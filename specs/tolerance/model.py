@@ -397,10 +397,14 @@ def lse_allowance(
     row_magnitude = _first_order_terms(oracle, q, k, v)[0][..., 0]
     finite = np.isfinite(oracle.lse)
     magnitude = np.where(finite, np.abs(oracle.lse), 0.0)
+    # The score modifications round each score by a few u of M_i (module docstring); d lse / d S_ij = P_ij sums to
+    # at most 1, so the lse moves by at most that much: 2 u M_i, as in the output's bound.
+    modification = 2 * u * np.asarray(_modification_magnitude(oracle))[..., 0] if oracle.mods.any else 0.0
+    modification_terms = (("score modification rounding", SAFETY * modification),) if oracle.mods.any else ()
     if dtype == np.float64:
-        terms = (("score rounding", SAFETY * (d + 6) * u * row_magnitude), ("row sum rounding", SAFETY * (n_k + 4) * u),
-                 ("lse's own rounding", SAFETY * u * magnitude))
-        return Allowance(SAFETY * ((d + 6) * u * row_magnitude + (n_k + 4) * u + u * magnitude),
+        terms = (("score rounding", SAFETY * (d + 6) * u * row_magnitude), *modification_terms,
+                 ("row sum rounding", SAFETY * (n_k + 4) * u), ("lse's own rounding", SAFETY * u * magnitude))
+        return Allowance(SAFETY * ((d + 6) * u * row_magnitude + modification + (n_k + 4) * u + u * magnitude),
                          "float64 lse: 2*((d+6)u*A_i + (n_k+4)u + u|lse_i|)", terms)
     with np.errstate(all="ignore"):
         naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
@@ -408,9 +412,10 @@ def lse_allowance(
         raise ToleranceUndefined(f"the naive {dtype} log-sum-exp overflows on this input")
     naive_error = float(np.max(np.abs(np.where(finite, naive - oracle.lse, 0.0)), initial=0.0))
     terms = ((f"{K_FORWARD:g} x naive {dtype} lse error", K_FORWARD * naive_error),
-             ("score rounding", math.sqrt(d) * u * row_magnitude), ("row sum rounding", (n_k + 4) * u),
-             ("lse's own rounding", u * magnitude))
-    return Allowance(K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + (n_k + 4) * u + u * magnitude,
+             ("score rounding", math.sqrt(d) * u * row_magnitude), *modification_terms,
+             ("row sum rounding", (n_k + 4) * u), ("lse's own rounding", u * magnitude))
+    return Allowance(K_FORWARD * naive_error + math.sqrt(d) * u * row_magnitude + SAFETY * modification
+                     + (n_k + 4) * u + u * magnitude,
                      f"{dtype} lse: {K_FORWARD:g} x the naive {dtype} lse error ({naive_error:.3g}) "
                      "+ sqrt(d)u*A_i + (n_k+4)u + u|lse_i|", terms)
 
