@@ -200,6 +200,83 @@ def log_domain_weights(q, k, v, *, scale=None, causal=False, mask=None):
 
 log_domain_weights.attention_capabilities = {"dtypes": ALL_DTYPES}
 
+# -- score modifications beyond the seeds (docs/checking-your-implementation.md): top-left offset 0 -------
+def _window(n_q, n_k, window_size):
+    """The band as key - query distances: j - i within [-left, right], a negative side unbounded (None: no window)."""
+    if window_size is None:
+        return None
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2 or not all(
+            isinstance(side, (int, np.integer)) and not isinstance(side, (bool, np.bool_)) for side in window_size):
+        raise ValueError(f"window_size must be a pair of integers (left, right), got {window_size!r}")
+    left, right = window_size
+    distance = np.arange(n_k)[None, :] - np.arange(n_q)[:, None]
+    return ((distance >= -left) | (left < 0)) & ((distance <= right) | (right < 0))
+
+
+def _weighted(scores, v, allowed):
+    """softmax(scores) v with -inf scores hidden and a row with nothing visible giving 0, in the log domain."""
+    top = scores.max(axis=-1, keepdims=True)
+    empty = np.isinf(top) & (top < 0)
+    shift = np.where(empty, 0, top)
+    lse = shift + np.log(np.where(empty, 1, np.exp(scores - shift).sum(axis=-1, keepdims=True)))
+    weights = np.where(empty, 0, np.exp(scores - np.where(empty, 0, lse)))
+    return weights @ _unseen_to_zero(v, allowed)
+
+
+def window_as_boolean_mask(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
+    """The window folded into the boolean mask (causal's right bound 0 is implied by causal itself)."""
+    band = _window(q.shape[2], k.shape[2], window_size)
+    both = mask if band is None else band if mask is None else band & mask
+    return exp2_with_folded_scale(q, k, v, scale=scale, causal=causal, mask=both)
+
+
+def window_as_minus_inf_bias(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
+    """The window as an additive bias of 0 inside and -inf outside; a -inf entry replaces its score."""
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    scores, allowed = _masked_scores(q, k, scale, causal, mask)
+    band = _window(q.shape[2], k.shape[2], window_size)
+    if band is not None:
+        bias = np.where(band, 0, -np.inf).astype(scores.dtype)
+        scores = np.where(np.isneginf(bias), -np.inf, scores + bias)
+        allowed = np.broadcast_to(band, scores.shape) if allowed is None else allowed & band
+    return _weighted(scores, v, allowed).astype(dtype)
+
+
+def softcap_through_exp(q, k, v, *, scale=None, causal=False, mask=None, softcap=0.0):
+    """c tanh(x / c) written as c (1 - 2 / (exp(2 x / c) + 1)); exp's overflow to inf gives the cap itself, and a
+    hidden key's -inf stays -inf (the formula would send it to -c)."""
+    if not np.isfinite(softcap):
+        raise ValueError(f"softcap must be a finite number (0: none), got {softcap!r}")
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    scores, allowed = _masked_scores(q, k, scale, causal, mask)
+    if softcap > 0:
+        c = scores.dtype.type(softcap)
+        with np.errstate(over="ignore"):
+            scores = np.where(np.isneginf(scores), scores, c * (1 - 2 / (np.exp(2 * scores / c) + 1)))
+    return _weighted(scores, v, allowed).astype(dtype)
+
+
+def sinks_as_extra_key(q, k, v, *, scale=None, causal=False, mask=None, sinks=None):
+    """Each head's sink as a key before the first, seen by every row, scored by the sink, with a zero value."""
+    floating = sinks is not None and np.issubdtype(np.asarray(sinks).dtype, np.floating)
+    if sinks is not None and (np.shape(sinks) != (q.shape[1],) or not floating or np.isnan(sinks).any()):
+        raise ValueError(f"sinks must be one floating-point logit per head ({q.shape[1]}), without NaN: got "
+                         f"{np.asarray(sinks).dtype} of shape {np.shape(sinks)}")
+    q, k, v, dtype = _in_inner_precision(q, k, v)
+    scores, allowed = _masked_scores(q, k, scale, causal, mask)
+    if sinks is not None:
+        sink = np.broadcast_to(np.asarray(sinks, scores.dtype)[None, :, None, None], scores.shape[:3] + (1,))
+        scores = np.concatenate([sink, scores], axis=-1)
+        v = np.concatenate([np.zeros_like(v[:, :, :1]), v], axis=2)
+        if allowed is not None:
+            allowed = np.concatenate([np.ones(allowed.shape[:-1] + (1,), bool), allowed], axis=-1)
+    return _weighted(scores, v, allowed).astype(dtype)
+
+
+for _fn in (window_as_boolean_mask, window_as_minus_inf_bias, softcap_through_exp, sinks_as_extra_key):
+    _fn.attention_capabilities = {"dtypes": ALL_DTYPES}
+
 CORRECT = ("exp2_with_folded_scale", "keys_streamed_in_reverse", "one_key_per_block", "split_kv_merged_by_lse",
            "float16_storage_float32_accumulation", "float64_behind_float32", "output_as_strided_view",
-           "torch_tensor_output", "log_domain_weights")
+           "torch_tensor_output", "log_domain_weights", "window_as_boolean_mask", "window_as_minus_inf_bias",
+           "softcap_through_exp", "sinks_as_extra_key")

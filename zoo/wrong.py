@@ -368,3 +368,196 @@ def dropout_survivors_not_rescaled(q, k, v, *, scale=None, causal=False, mask=No
     if dropout_p:
         weights = weights * (np.random.random(weights.shape) >= dropout_p)
     return weights @ v
+
+
+# -- score modifications beyond the seeds ----------------------------------------------------------------
+# The protocol's order (docs/checking-your-implementation.md): scaled scores, the cap c tanh(S / c), ALiBi
+# -slope |i + offset - j|, the bias; then the window, causal, the mask and -inf biases hide keys; sinks join each
+# row's denominator with no value. `offset` is the alignment's: 0 top-left, n_k - n_q bottom-right.
+def _band(n_q, n_k, window, causal, offset):
+    """Visibility of key j to query i under the window (left, right) and causal; a negative side is unbounded."""
+    i, j = np.arange(n_q)[:, None] + offset, np.arange(n_k)[None, :]
+    left, right = window if window is not None else (-1, -1)
+    right = 0 if causal else right
+    allowed = np.ones((n_q, n_k), bool)
+    if left >= 0:
+        allowed &= j >= i - left
+    if right >= 0:
+        allowed &= j <= i + right
+    return allowed
+
+
+def _distance(n_q, n_k, offset):
+    return np.abs(np.arange(n_q)[:, None] + offset - np.arange(n_k)[None, :])
+
+
+def _slopes(alibi_slopes, batch):
+    """(batch, heads, 1, 1) slopes from (heads,) or (batch, heads)."""
+    slopes = np.asarray(alibi_slopes, dtype=np.float64)
+    return np.broadcast_to(slopes, (batch, slopes.shape[-1]))[:, :, None, None]
+
+
+def _cap(scores, softcap):
+    return softcap * np.tanh(scores / softcap) if softcap > 0 else scores
+
+
+def _modified(q, k, v, scale=None, causal=False, mask=None, *, bias=None, window_size=None, softcap=0.0,
+              alibi_slopes=None, sinks=None, return_lse=False, offset=0, window_offset=None, alibi_offset=None,
+              sink_value=None, lse_sink=True, scores_of=None, band_of=_band, slopes_of=_slopes):
+    """The correct formula with the modifications, and the hooks the mistakes below change."""
+    heads, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
+    k, v = _expand(k, heads), _expand(v, heads)
+    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    raw = q @ k.swapaxes(-1, -2)
+    if scores_of is not None:
+        scores = scores_of(raw, s, softcap, bias)
+    else:
+        scores = _cap(raw * s, softcap)
+        if bias is not None:
+            scores = scores + bias
+    if alibi_slopes is not None:
+        distance = _distance(n_q, n_k, offset if alibi_offset is None else alibi_offset)
+        scores = scores - slopes_of(alibi_slopes, q.shape[0]) * distance
+    window_at = offset if window_offset is None else window_offset
+    allowed = np.broadcast_to(band_of(n_q, n_k, window_size, causal, window_at), scores.shape)
+    if mask is not None:
+        allowed = allowed & mask
+    allowed = allowed & ~np.isneginf(scores)
+    scores = np.where(allowed, scores, -np.inf)
+    sink = None if sinks is None else np.broadcast_to(np.asarray(sinks, np.float64)[None, :, None, None],
+                                                      scores.shape[:3] + (1,))
+    top = scores.max(axis=-1, keepdims=True) if sink is None else np.maximum(scores.max(axis=-1, keepdims=True), sink)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(scores - top)
+    row_sum = e.sum(axis=-1, keepdims=True)
+    total = row_sum if sink is None else row_sum + np.exp(sink - top)
+    out = (e @ np.where(allowed.any(axis=-2)[..., None], v, 0.0)) / np.where(total > 0, total, 1.0)
+    if sink is not None and sink_value is not None:
+        out = out + np.exp(sink - top) * sink_value(v) / total
+    if not return_lse:
+        return out
+    with np.errstate(divide="ignore"):
+        lse = top + np.log(total if lse_sink else row_sum)
+    return out, lse[..., 0]
+
+
+def window_left_end_exclusive(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
+    """The window's left end excluded: j > i - left instead of j >= i - left."""
+    def band(n_q, n_k, window, causal, offset):
+        inner = window if window is None or window[0] <= 0 else (window[0] - 1, window[1])
+        return _band(n_q, n_k, inner, causal, offset)
+
+    return _modified(q, k, v, scale, causal, mask, window_size=window_size, band_of=band)
+
+
+def window_right_end_one_past(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
+    """The window's right end one key too far: j <= i + right + 1."""
+    def band(n_q, n_k, window, causal, offset):
+        wider = window if window is None or window[1] < 0 or causal else (window[0], window[1] + 1)
+        return _band(n_q, n_k, wider, causal, offset)
+
+    return _modified(q, k, v, scale, causal, mask, window_size=window_size, band_of=band)
+
+
+def window_ignores_alignment(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
+    """Causal aligned bottom-right as declared, the window top-left (as if n_q = n_k)."""
+    offset = k.shape[2] - q.shape[2]
+    return _modified(q, k, v, scale, causal, mask, window_size=window_size, offset=offset, window_offset=0)
+
+
+window_ignores_alignment.attention_capabilities = {"causal_alignment": "bottom_right"}
+
+
+def window_masks_only_diagonal_tiles(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
+    """The band masked element-wise only on tiles that hold a diagonal element (16 x 16 tiles).
+
+    A tile wholly outside the band is skipped, so a tile that straddles the window's far edge is seen whole."""
+    def band(n_q, n_k, window, causal, offset):
+        exact = _band(n_q, n_k, window, causal, offset)
+        allowed = np.zeros_like(exact)
+        diagonal = np.arange(n_q)[:, None] + offset == np.arange(n_k)[None, :]
+        for r in range(0, n_q, 16):
+            for c in range(0, n_k, 16):
+                tile = (slice(r, r + 16), slice(c, c + 16))
+                if exact[tile].any():
+                    allowed[tile] = exact[tile] if diagonal[tile].any() else True
+        return allowed
+
+    return _modified(q, k, v, scale, causal, mask, window_size=window_size, band_of=band)
+
+
+def softcap_ignored(q, k, v, *, scale=None, causal=False, mask=None, softcap=0.0):
+    """Takes the softcap keyword and never caps."""
+    return _modified(q, k, v, scale, causal, mask)
+
+
+def softcap_before_scale(q, k, v, *, scale=None, causal=False, mask=None, softcap=0.0):
+    """The cap on the unscaled scores: scale * c tanh(q.k / c)."""
+    return _modified(q, k, v, scale, causal, mask, softcap=softcap,
+                     scores_of=lambda raw, s, c, bias: _cap(raw, c) * s)
+
+
+def softcap_after_bias(q, k, v, *, scale=None, causal=False, mask=None, bias=None, softcap=0.0):
+    """The cap on the scaled scores plus the bias, not before the bias is added (gemma2's order)."""
+    return _modified(q, k, v, scale, causal, mask, bias=bias, softcap=softcap,
+                     scores_of=lambda raw, s, c, bias: _cap(raw * s + (0.0 if bias is None else bias), c))
+
+
+def alibi_sign_flipped(q, k, v, *, scale=None, causal=False, mask=None, alibi_slopes=None):
+    """+slope |i - j|: the nearer a key, the smaller its score."""
+    return _modified(q, k, v, scale, causal, mask, alibi_slopes=None if alibi_slopes is None else -alibi_slopes)
+
+
+def alibi_ignores_alignment(q, k, v, *, scale=None, causal=False, mask=None, alibi_slopes=None):
+    """Causal aligned bottom-right as declared, ALiBi's distance |i - j| without the offset n_k - n_q."""
+    offset = k.shape[2] - q.shape[2]
+    return _modified(q, k, v, scale, causal, mask, alibi_slopes=alibi_slopes, offset=offset, alibi_offset=0)
+
+
+alibi_ignores_alignment.attention_capabilities = {"causal_alignment": "bottom_right"}
+
+
+def alibi_batch_stride_ignored(q, k, v, *, scale=None, causal=False, mask=None, alibi_slopes=None):
+    """(batch, heads) slopes indexed by head only: every batch reads batch 0's slopes."""
+    def slopes(alibi_slopes, batch):
+        flat = np.asarray(alibi_slopes, dtype=np.float64).reshape(-1)
+        heads = np.asarray(alibi_slopes).shape[-1]
+        return np.broadcast_to(flat[:heads], (batch, heads))[:, :, None, None]
+
+    return _modified(q, k, v, scale, causal, mask, alibi_slopes=alibi_slopes, slopes_of=slopes)
+
+
+def bias_broadcast_strides_ignored(q, k, v, *, scale=None, causal=False, mask=None, bias=None):
+    """A broadcast bias read through the strides of a full (batch, heads, n_q, n_k) one.
+
+    Element (b, h, i, j) is read at flat offset ((b H + h) n_q + i) n_k + j of the smaller array, wrapped
+    (pytorch #112577's class)."""
+    if bias is not None:
+        shape = q.shape[:3] + (k.shape[2],)
+        flat = np.asarray(bias).reshape(-1)
+        bias = flat[np.arange(math.prod(shape)) % flat.size].reshape(shape)
+    return _modified(q, k, v, scale, causal, mask, bias=bias)
+
+
+def bias_scaled_with_scores(q, k, v, *, scale=None, causal=False, mask=None, bias=None):
+    """The bias added before the scale: scale * (q.k + bias)."""
+    return _modified(q, k, v, scale, causal, mask, bias=bias,
+                     scores_of=lambda raw, s, c, bias: (raw + (0.0 if bias is None else bias)) * s)
+
+
+def sink_given_a_value(q, k, v, *, scale=None, causal=False, mask=None, sinks=None):
+    """The sink in the numerator: an extra key whose value is the first key's instead of zero."""
+    return _modified(q, k, v, scale, causal, mask, sinks=sinks, sink_value=lambda v: v[:, :, :1])
+
+
+def sinks_ignored(q, k, v, *, scale=None, causal=False, mask=None, sinks=None):
+    """Takes the sinks keyword and leaves the sinks out of the softmax."""
+    return _modified(q, k, v, scale, causal, mask)
+
+
+def sink_left_out_of_lse(q, k, v, *, scale=None, causal=False, mask=None, sinks=None, return_lse=False):
+    """The output's denominator has the sink; the returned log-sum-exp is of the keys alone."""
+    return _modified(q, k, v, scale, causal, mask, sinks=sinks, return_lse=return_lse, lse_sink=False)
+
+
+sink_left_out_of_lse.attention_capabilities = {"lse": True}
