@@ -30,6 +30,7 @@ from specs.tolerance import ToleranceUndefined, gradient_allowance
 
 GRADIENT_DROPOUT_P = 0.2
 SMALL = dict(max_n=48, max_d=32)
+MOD_GRADIENT_NAMES = {"bias": "dBias", "sinks": "dSinks"}  # what a failure calls the modification arrays' gradients
 LONGEST_BLOCK_CASE = 4097  # lengths around default block sizes past this are skipped, with the reason
 
 
@@ -54,33 +55,39 @@ def _oracle_dropout(problem: Problem, extra: dict) -> tuple[dict, str]:
     return dict(keep=keep, dropout_p=p), code
 
 
-def _gradient_repro(trial: Trial, seed: int, extra: dict, oracle_code: str) -> str:
+def _gradient_repro(trial: Trial, seed: int, extra: dict, oracle_code: str, wrt: tuple[str, ...] = ()) -> str:
     """The repro's lines after the input is rebuilt: the backward on the same d_out, then the oracle's backward and
     the verdict of each gradient within specs.tolerance.gradient_allowance, as the property compares them."""
     keywords = "".join(f", {key}={value!r}" for key, value in extra.items())
-    return "\n".join([
+    names = ("dQ", "dK", "dV", *(MOD_GRADIENT_NAMES[name] for name in wrt))
+    lines = [
         "from harness.engine.backward import backward_of",
         "from specs.dropout_mask import keep_mask",
         "from specs.tolerance import gradient_allowance",
         f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
         f".astype({str(trial.dtype)!r})",
-        f"dq, dk, dv = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, **p.kwargs(){keywords})",
+        f"p = p.handed({trial.variant.dtype!r})",
+        f"grads = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, **p.kwargs(){keywords}"
+        f"{f', wrt={wrt!r}' if wrt else ''})",
         "oracle = gradient_allowance(*(x.astype(float) for x in (q, k, v)), d_out.astype(float), "
         f"dtype={trial.variant.dtype!r}, **p.kwargs(), "
         f"causal_alignment={trial.variant.capabilities.causal_alignment!r}{oracle_code})",
-        "for name, g, expected, allowed in zip(('dQ', 'dK', 'dV'), (dq, dk, dv), oracle.grads, oracle.allowances):",
-        "    print(verdict(as_float64(g), expected, allowed, what=name, versus=\"the float64 oracle's backward\"))",
-    ])
+        f"expected = list(zip(oracle.grads, oracle.allowances)) + [oracle.mod_grads[name] for name in {wrt!r}]",
+        f"for name, g, (exact, allowed) in zip({names!r}, grads, expected):",
+        "    print(verdict(as_float64(g), exact, allowed, what=name, versus=\"the float64 oracle's backward\"))",
+    ]
+    return "\n".join(lines)
 
 
-def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict) -> tuple:
-    """dQ, dK, dV of the implementation (called with `extra`: block sizes, dropout) against the oracle's; returns
-    the implementation's (float64)."""
+def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict, wrt: tuple[str, ...] = ()) -> tuple:
+    """dQ, dK, dV of the implementation (called with `extra`: block sizes, dropout), and the gradients of the
+    modification arrays named in `wrt`, against the oracle's; returns the implementation's dQ, dK, dV (float64)."""
     d_out = _d_out(problem, seed, trial.dtype)
     oracle_extra, oracle_code = _oracle_dropout(problem, extra)
-    call_line = _gradient_repro(trial, seed, extra, oracle_code)
+    call_line = _gradient_repro(trial, seed, extra, oracle_code, wrt)
     try:
-        grads = backward_of(trial.variant.impl, *trial.inputs(problem), d_out, **problem.kwargs(), **extra)
+        grads = backward_of(trial.variant.impl, *trial.inputs(problem), d_out,
+                            **problem.handed(trial.variant.dtype).kwargs(), **extra, wrt=wrt)
     except CallFailed as failure:
         trial.fail(failure.summary, problem, call_line=call_line)
     exact = trial.exact_inputs(problem)
@@ -94,14 +101,16 @@ def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict) -
             reject()
         raise
     got = tuple(g.astype(np.float64) for g in grads)
-    for name, g, expected, allowance in zip(("dQ", "dK", "dV"), got, oracle.grads, oracle.allowances, strict=True):
+    expected = list(zip(oracle.grads, oracle.allowances, strict=True)) + [oracle.mod_grads[name] for name in wrt]
+    names = ("dQ", "dK", "dV", *(MOD_GRADIENT_NAMES[name] for name in wrt))
+    for name, g, (exact_grad, allowance) in zip(names, got, expected, strict=True):
         if not np.all(np.isfinite(g)):
             bad = tuple(int(i) for i in np.argwhere(~np.isfinite(g))[0])
-            trial.fail(f"{name} is {g[bad]} at {list(bad)} where the oracle's backward gives {expected[bad]:.6g} "
+            trial.fail(f"{name} is {g[bad]} at {list(bad)} where the oracle's backward gives {exact_grad[bad]:.6g} "
                        f"({int((~np.isfinite(g)).sum())} non-finite elements)", problem, call_line=call_line)
-        trial.expect_close(g, expected, allowance, what=name, versus="the float64 oracle's backward",
+        trial.expect_close(g, exact_grad, allowance, what=name, versus="the float64 oracle's backward",
                            problem=problem, call_line=call_line)
-    return got
+    return got[:3]
 
 
 @checks("differentiable-end-to-end")

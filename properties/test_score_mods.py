@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, check_lse_against_oracle, problems_for
+from properties.test_gradients import check_gradients
 from protocol.registry import SCORE_MODS, Variant
 from specs.keyword_edges import BAD_SCORE_MODS
 from specs.problems import Problem
@@ -99,3 +100,17 @@ def test_bad_modifications_are_rejected_by_name(variant, keyword, data):
     if keyword not in raised:
         trial.fail(f"rejected {label} without naming {keyword}", problem, details=(raised,),
                    script="out = fn(q, k, v, **p.kwargs())  # the error should name the keyword")
+
+
+@checks("score-mods-differentiable")
+@pytest.mark.parametrize("keyword", [pytest.param(mod, marks=pytest.mark.requires("gradients", mod))
+                                     for mod in SCORE_MODS])
+@given(data=st.data())
+def test_gradients_under_each_modification_match_the_oracle(variant, keyword, data):
+    """dQ, dK, dV with the modification drawn, at drawn block sizes (softcap's derivative 1 - tanh^2: a backward
+    that skips it fails), and dBias and dSinks where autograd reaches them (Capabilities.differentiable_mods)."""
+    problem = modified_problem(variant, keyword, data)
+    blocks = {name: data.draw(st.integers(1, 70), label=name) for name in variant.capabilities.tile_keywords}
+    wrt = tuple(name for name in variant.capabilities.differentiable_mods if getattr(problem, name) is not None)
+    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=blocks, wrt=wrt)
+

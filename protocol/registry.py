@@ -35,6 +35,7 @@ SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
 # **kwargs has the seeds' keywords (it may forward them), not these: a wrapper that forwards everything to a kernel
 # without them would be asked for five features it never offered.
 SCORE_MODS = ("bias", "window_size", "softcap", "alibi_slopes", "sinks")
+DIFFERENTIABLE_MODS = ("bias", "sinks")  # the modification arrays a gradient is taken of (specs.gradients)
 TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
 BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
 
@@ -71,6 +72,8 @@ class Capabilities:
     softcap: bool = False  # softcap * tanh(scores / softcap)
     alibi_slopes: bool = False  # ALiBi: -slope * |i + offset - j|
     sinks: bool = False  # a per-head logit in each row's softmax denominator
+    # the score-modification arrays autograd reaches (tensors="torch"): their gradients dBias, dSinks are checked
+    differentiable_mods: tuple[str, ...] = ()
 
     @property
     def gradients(self) -> bool:
@@ -190,6 +193,12 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
         raise ImplLoadError(f"{target}: attention_backward is a {type(backward).__name__}, not a function")
     if declared.get("causal_alignment", "top_left") not in CAUSAL_ALIGNMENTS:
         raise ImplLoadError(f"{target}: causal_alignment must be one of {CAUSAL_ALIGNMENTS}")
+    differentiable = tuple(declared.pop("differentiable_mods", ()))
+    wrong = [m for m in differentiable if m not in DIFFERENTIABLE_MODS or m not in params]
+    if wrong or (differentiable and declared.get("tensors") != "torch"):
+        raise ImplLoadError(f"{target}: differentiable_mods {list(differentiable)}: each must be one of "
+                            f"{DIFFERENTIABLE_MODS} named in the signature, with tensors='torch' (autograd reaches "
+                            "them)")
     tiles = tuple(declared.pop("tile_keywords", ()))
     missing = [t for t in tiles if t not in params and not takes_kwargs]
     if missing:
@@ -197,7 +206,7 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
     return Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
                         dropout=present["dropout_p"], dropout_seed=present["dropout_seed"], dtypes=dtypes,
                         tile_keywords=tiles, backward=backward is not None,
-                        **{mod: mod in params for mod in SCORE_MODS}, **declared)
+                        differentiable_mods=differentiable, **{mod: mod in params for mod in SCORE_MODS}, **declared)
 
 
 def _import_target(target: str) -> Callable:

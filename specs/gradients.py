@@ -8,6 +8,9 @@ summed over the query heads of a group for dK, dV.
 Beyond the seeds (specs.score_mods): ALiBi and a bias add constants to the scores and a window hides keys as a
 mask does, so dS is unchanged; a sink joins the normaliser and P excludes it, so dS = P * (dP - rowsum(dO * O))
 still holds; softcap multiplies dS by its derivative 1 - tanh^2(scale q.k / softcap) before dQ and dK.
+The bias is added after the cap, so dBias is dS before that derivative, summed over the axes the bias is broadcast
+along; a sink s_h enters only through each row's normaliser, so dO_i/ds_h = -pi_i O_i with pi_i = exp(s_h - LSE_i)
+its weight, and dSinks_h = -sum over batch and rows of pi_i rowsum(dO * O)_i.
 """
 
 from __future__ import annotations
@@ -29,13 +32,9 @@ def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray
     heads_kv = k.shape[1]
     group = q.shape[1] // heads_kv
     k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
-    p = result.weights
     # matmul: np.matmul's bits, float16 products too (the naive float16 baseline of the gradient rule)
     d_v = sum_groups(matmul(result.applied_weights.swapaxes(-1, -2), d_out), heads_kv)
-    d_p = matmul(d_out, v_all.swapaxes(-1, -2))
-    if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
-        d_p = d_p * np.where(kwargs["keep"], 1 / (1 - kwargs["dropout_p"]), 0.0)
-    d_s = p * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
+    d_s = _modified_score_gradient(result, v_all, d_out, kwargs)
     if result.mods.softcap > 0:
         cap = result.scores.dtype.type(result.mods.softcap)
         capped = np.tanh(matmul(q, k_all.swapaxes(-1, -2)) * result.scores.dtype.type(result.scale) / cap)
@@ -43,6 +42,39 @@ def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray
     d_q = result.scale * matmul(d_s, k_all)
     d_k = sum_groups(result.scale * matmul(d_s.swapaxes(-1, -2), q), heads_kv)
     return d_q, d_k, d_v
+
+
+def _modified_score_gradient(result, v_all: np.ndarray, d_out: np.ndarray, kwargs: dict) -> np.ndarray:
+    """dL/dS of the scores after the cap, where ALiBi and the bias are added: P * (dP - rowsum(dO * O))."""
+    d_p = matmul(d_out, v_all.swapaxes(-1, -2))
+    if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
+        d_p = d_p * np.where(kwargs["keep"], 1 / (1 - kwargs["dropout_p"]), 0.0)
+    return result.weights * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
+
+
+def reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """x summed over the axes an array of `shape` is broadcast along to reach x's shape (leading ones, and the
+    size-1 ones): the gradient of a broadcast array."""
+    x = x.sum(axis=tuple(range(x.ndim - len(shape)))) if x.ndim > len(shape) else x
+    return x.sum(axis=tuple(axis for axis, size in enumerate(shape) if size == 1 and x.shape[axis] != 1),
+                 keepdims=True)
+
+
+def score_mod_gradients(q, k, v, d_out, **kwargs) -> dict[str, np.ndarray]:
+    """The gradients of <d_out, attention(q, k, v, **kwargs)> with respect to the modification arrays kwargs holds:
+    "bias" in the bias's own shape (summed over the axes it is broadcast along), "sinks" (heads,); in the inputs'
+    precision."""
+    result = attention(q, k, v, **kwargs)
+    grads = {}
+    if kwargs.get("bias") is not None:
+        v_all = repeat_kv(v, q.shape[1] // k.shape[1])
+        grads["bias"] = reduce_to_shape(_modified_score_gradient(result, v_all, d_out, kwargs),
+                                        np.shape(kwargs["bias"]))
+    if kwargs.get("sinks") is not None:
+        sinks = result.mods.sinks.astype(result.lse.dtype)
+        sink_weight = np.exp(sinks[None, :, None] - result.lse)  # a sink makes every LSE finite
+        grads["sinks"] = -(sink_weight * np.sum(d_out * result.out, axis=-1)).sum(axis=(0, 2))
+    return grads
 
 
 def complex_step_derivative(q, k, v, directions, *, step: float = 1e-30, scale: float | None = None,

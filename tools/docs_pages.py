@@ -45,6 +45,8 @@ MEANINGS = {
     "native": "compiled code that may crash its process: its calls run in a worker, a crash is a verdict",
     "cuda_checkers": "a CUDA kernel executed on the CPU carrying `fn.cuda_run(q, k, v, ..., executor=...)`: the "
                      "memory, race and barrier checkers run the same call",
+    "differentiable_mods": "the score-modification arrays autograd reaches (`bias`, `sinks`; tensors='torch'): "
+                           "dBias and dSinks are checked against the oracle's",
     "tensors": "`numpy` or `torch`: with `torch`, q, k, v and the mask arrive as torch tensors sharing the arrays' "
                "memory and strides, and the output must be differentiable (gradients through autograd)",
     "backward": "carries `fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv)` in NumPy: the gradient "

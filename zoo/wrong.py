@@ -561,3 +561,71 @@ def sink_left_out_of_lse(q, k, v, *, scale=None, causal=False, mask=None, sinks=
 
 
 sink_left_out_of_lse.attention_capabilities = {"lse": True}
+
+
+# -- gradients of the modifications (tensors="torch": autograd reaches the inputs) ------------------------
+def _torch_modified(q, k, v, scale, causal, mask, *, softcap=0.0, bias=None, cap=None, broadcast=None):
+    """The correct formula in torch (top-left causal), with the cap and the bias's broadcast as hooks: autograd's
+    own derivatives unless a mistake below replaces one with a torch.autograd.Function."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-1, -2)) * s
+    if softcap > 0:
+        scores = (cap or (lambda x, c: c * torch.tanh(x / c)))(scores, softcap)
+    if bias is not None:
+        scores = scores + (broadcast or (lambda b, shape: b.expand(shape)))(bias, scores.shape)
+    visible = torch.ones(scores.shape, dtype=torch.bool)
+    if causal:
+        visible = visible & torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    if mask is not None:
+        visible = visible & mask
+    visible = visible & (scores != -math.inf)
+    weights = torch.softmax(scores.masked_fill(~visible, -math.inf), dim=-1)
+    weights = torch.where(visible.any(dim=-1, keepdim=True), weights, 0.0)
+    return weights @ torch.where(visible.any(dim=-2)[..., None], v, 0.0)
+
+
+def _function(forward, backward):
+    """A torch.autograd.Function of one tensor (and constants) with the given forward and backward."""
+    import torch
+
+    class Wrapped(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *constants):
+            ctx.constants = constants
+            ctx.save_for_backward(x)
+            return forward(x, *constants)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return (backward(grad, *ctx.saved_tensors, *ctx.constants), *(None for _ in ctx.constants))
+
+    return Wrapped.apply
+
+
+def softcap_backward_without_derivative(q, k, v, *, scale=None, causal=False, mask=None, softcap=0.0):
+    """The cap's backward passes dS through without its derivative 1 - tanh^2 (flash-attention #1065's class)."""
+    import torch
+
+    cap = _function(lambda x, c: c * torch.tanh(x / c), lambda grad, x, c: grad)
+    return _torch_modified(q, k, v, scale, causal, mask, softcap=softcap, cap=cap)
+
+
+def dbias_first_of_broadcast_axes(q, k, v, *, scale=None, causal=False, mask=None, bias=None):
+    """dBias of a broadcast bias taken from the first batch, head or row instead of summed over them.
+
+    Each axis the bias is broadcast along gives its first entry's gradient, not the sum over the axis."""
+    def backward(grad, b, shape):
+        grad = grad.reshape((-1,) + grad.shape[-b.dim():])[:1] if grad.dim() > b.dim() else grad
+        grad = grad.reshape(grad.shape[-b.dim():])
+        return grad[tuple(slice(0, 1) if size == 1 else slice(None) for size in b.shape)]
+
+    broadcast = _function(lambda b, shape: b.expand(shape).clone(), backward)
+    return _torch_modified(q, k, v, scale, causal, mask, bias=bias, broadcast=broadcast)
+
+
+softcap_backward_without_derivative.attention_capabilities = {"tensors": "torch"}
+dbias_first_of_broadcast_axes.attention_capabilities = {"tensors": "torch", "differentiable_mods": ("bias",)}

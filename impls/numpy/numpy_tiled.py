@@ -11,7 +11,7 @@ every row of a query block are skipped (`SCORED_BLOCKS` counts the ones that are
 
 `tiled_attention_backward` is its backward pass, FlashAttention-2's: the forward's
 log-sum-exp lets each block of P be recomputed from Q_i and K_j alone, so the
-n_q x n_k matrix is never built either way.
+n_q x n_k matrix is never built either way. It takes the same modifications (softcap's derivative included).
 """
 
 from __future__ import annotations
@@ -141,23 +141,30 @@ def tiled_attention_backward(
     mask: np.ndarray | None = None,
     block_rows: int = 16,
     block_cols: int = 16,
+    window_size: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """dQ, dK, dV of <d_out, tiled_attention(q, k, v)>, block by block (seed 000 § Flash Attention; FlashAttention-2).
 
     With L = LSE from the forward and D = rowsum(dO * O), key block j (outer loop) meets every query
     block i (inner loop) it is visible to: P = exp(S - L_i), dV_j += P^T dO_i, dP = dO_i V_j^T,
     dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i. A fully masked row has
-    L = -inf and P = 0, so its dQ is 0. dK and dV sum over the query heads of a kv head's group.
+    L = -inf and P = 0, so its dQ is 0. dK and dV sum over the query heads of a kv head's group. The score
+    modifications are the forward's (_modified_block); softcap multiplies dS by its derivative 1 - tanh^2.
     """
     shape = check_shapes(q, k, v, finite=False)
     mask = check_mask(mask, shape)
+    mods = check_score_mods(shape, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     s = resolve_scale(scale, shape.d)
     rows_per_block = check_block_size("block_rows", block_rows)
     cols_per_block = check_block_size("block_cols", block_cols)
     d_out = _check_d_out(d_out, shape.out_shape)
     dtype = np.result_type(q, k, v)
     out, lse = tiled_attention(q, k, v, scale=s, causal=causal, mask=mask, block_rows=rows_per_block,
-                               block_cols=cols_per_block, return_lse=True)
+                               block_cols=cols_per_block, return_lse=True, window_size=window_size, softcap=softcap,
+                               alibi_slopes=alibi_slopes, bias=bias)
     q = q.astype(dtype, copy=False)
     d_out = d_out.astype(dtype, copy=False)
     delta = np.sum(d_out * out, axis=-1)  # D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij
@@ -176,17 +183,17 @@ def tiled_attention_backward(
         first_row = (c0 // rows_per_block) * rows_per_block if causal else 0
         for r0 in range(first_row, shape.n_q, rows_per_block):
             r1 = min(r0 + rows_per_block, shape.n_q)
-            scores = (q[:, :, r0:r1] @ k_all[:, :, c0:c1].swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
-            if causal:
-                scores = np.where(np.arange(c0, c1)[None, :] <= np.arange(r0, r1)[:, None], scores, -np.inf)
-            if mask is not None:
-                scores = np.where(mask[:, :, r0:r1, c0:c1], scores, -np.inf)
+            raw = (q[:, :, r0:r1] @ k_all[:, :, c0:c1].swapaxes(-1, -2)).astype(dtype, copy=False) * dtype.type(s)
+            scores = _modified_block(raw, mods, range(r0, r1), range(c0, c1), causal, mask)
             p = np.exp(scores - shift[:, :, r0:r1, None])
             d_o = d_out[:, :, r0:r1]
             k_j = values_seen(scores, k_all[:, :, c0:c1])  # a hidden key's NaN must not meet dS = 0
             d_v_block += p.swapaxes(-1, -2) @ d_o
             d_s = p * (d_o @ v_all[:, :, c0:c1].swapaxes(-1, -2) - delta[:, :, r0:r1, None])
             d_s = np.where(scores == -np.inf, dtype.type(0), d_s)  # a hidden key's dS is 0 even beside a NaN dP
+            if mods.softcap > 0:
+                capped = np.tanh(raw / dtype.type(mods.softcap))
+                d_s = d_s * (1 - capped * capped)
             d_q[:, :, r0:r1] += dtype.type(s) * (d_s @ k_j)
             d_k_block += dtype.type(s) * (d_s.swapaxes(-1, -2) @ _rows_seen(scores, q[:, :, r0:r1]))
         d_k[:, :, c0:c1] = d_k_block.reshape(heads_kv_shape + d_k_block.shape[2:]).sum(axis=2)

@@ -9,7 +9,8 @@ bfloat16 arrays cross as such: protocol.torch_convert), and
 pass every property in it; their known defects are the same in bfloat16 as in float32.
 Beyond the seeds, both take the protocol's `bias` as SDPA's float attn_mask (added to the scaled scores). SDPA
 takes one attn_mask and refuses one beside is_causal, so with a bias the adapter folds the boolean mask and the
-causal horizon (top-left, SDPA's) into it as -inf.
+causal horizon (top-left, SDPA's) into it as -inf. The MATH path gives the bias its gradient (differentiable_mods);
+the FLASH path refuses a float mask that requires grad, so its record does not declare it.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _probe(backend: SDPBackend) -> str | None:
 
 
 @attention_impl(name="torch-sdpa-math", backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"),
-                causal_alignment="top_left", tensors="torch")
+                causal_alignment="top_left", tensors="torch", differentiable_mods=("bias",))
 def sdpa_math(
     q: torch.Tensor,
     k: torch.Tensor,

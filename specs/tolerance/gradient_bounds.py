@@ -4,12 +4,12 @@ float64 bound of a complex-step directional derivative."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from specs.dtypes import finfo, numpy_dtype
-from specs.gradients import attention_backward, sum_groups
+from specs.gradients import attention_backward, reduce_to_shape, score_mod_gradients, sum_groups
 from specs.memo import Memo
 from specs.reference import AttentionResult, attention, repeat_kv
 from specs.tolerance.model import (
@@ -32,11 +32,15 @@ class GradientOracle:
 
     grads: tuple[np.ndarray, np.ndarray, np.ndarray]  # dQ, dK, dV
     allowances: tuple[Allowance, Allowance, Allowance]
+    # the modification arrays' gradients (specs.gradients.score_mod_gradients), each with its allowance:
+    # "bias" and "sinks" where the problem has them
+    mod_grads: dict[str, tuple[np.ndarray, Allowance]] = field(default_factory=dict)
 
 
 def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, gamma, relative,
-                          stored_u: float = 0.0) -> tuple:
-    """First-order bounds on |error| of dQ, dK, dV, propagated through the backward's products.
+                          stored_u: float = 0.0, bias_shape: tuple[int, ...] | None = None) -> tuple:
+    """First-order bounds on |error| of dQ, dK, dV, propagated through the backward's products, with their
+    magnitudes; and the same two for the modification arrays' gradients (dicts keyed "bias", "sinks").
 
     Each weight carries a relative error `relative` (..., n_q, 1); a length-n sum of products errs by
     gamma(n) times the sum of the magnitudes; every elementwise step by u. With W the applied weights
@@ -48,6 +52,11 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
       dS = P (dP - D)        |e| <= (rel + 2u) P |dP - D| + P (|e_dP| + |e_D|)
       dQ = s dS K            |e| <= s (|e_dS| |K| + gamma(n_k) |dS| |K|)
       dK = s dS^T Q          |e| <= s (|e_dS|^T |Q| + gamma(n_q g) |dS|^T |Q|)   (g query heads per kv head)
+      dBias = dS summed over the m entries each bias entry is broadcast to
+                             |e| <= sum |e_dS| + gamma(m) sum |dS|
+      dSinks_h = -sum_i pi_i D_i, pi_i = exp(sink_h - LSE_i), over batch and rows (m = batch n_q terms)
+                             |e| <= sum pi_i (rel |D_i| + |e_D,i|) + gamma(m) sum pi_i |D_i|
+    (softcap's derivative, at most 1 in size, multiplies dS before dQ and dK: the bounds of |dS| still hold.)
     """
 
     heads_kv = k.shape[1]
@@ -74,7 +83,19 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
     e_dk = s * (e_ds.swapaxes(-1, -2) @ abs_q + gamma(n_q * group) * (d_s.swapaxes(-1, -2) @ abs_q))
     magnitudes = (s * (d_s @ abs_k), sum_groups(s * (d_s.swapaxes(-1, -2) @ abs_q), heads_kv),
                   sum_groups(w.swapaxes(-1, -2) @ abs_do, heads_kv))
-    return (e_dq, sum_groups(e_dk, heads_kv), sum_groups(e_dv, heads_kv)), magnitudes
+    mod_errors, mod_magnitudes = {}, {}
+    if bias_shape is not None:
+        summed = d_s.size // math.prod(bias_shape)
+        mod_magnitudes["bias"] = reduce_to_shape(d_s, bias_shape)
+        mod_errors["bias"] = reduce_to_shape(e_ds, bias_shape) + gamma(summed) * mod_magnitudes["bias"]
+    if result.mods.sinks is not None:
+        weight = np.exp(result.mods.sinks[None, :, None] - result.lse)  # pi_i: a sink makes every LSE finite
+        sink_terms = weight * np.abs(row_dot[..., 0])
+        mod_magnitudes["sinks"] = sink_terms.sum(axis=(0, 2))
+        mod_errors["sinks"] = ((relative[..., 0] * sink_terms + weight * e_d[..., 0]).sum(axis=(0, 2))
+                               + gamma(d_out.shape[0] * n_q) * mod_magnitudes["sinks"])
+    return ((e_dq, sum_groups(e_dk, heads_kv), sum_groups(e_dv, heads_kv)), magnitudes, mod_errors,
+            mod_magnitudes)
 
 
 def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> GradientOracle:
@@ -103,36 +124,45 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict) -> Gradie
     dtype = numpy_dtype(dtype_name)
     result = attention(q, k, v, **kwargs)
     grads = attention_backward(q, k, v, d_out, **kwargs)
+    mod_grads = score_mod_gradients(q, k, v, d_out, **kwargs)
+    bias_shape = np.shape(kwargs["bias"]) if "bias" in mod_grads else None
     n_k, d = k.shape[2], q.shape[3]
     row_magnitude, _, _ = _first_order_terms(result, q, k, v)
     merge = _merge_magnitude(result, n_k)
     if dtype == np.float64:
         u = unit_roundoff(np.float64)
         relative = (2 * (d + 6) * row_magnitude + (n_k + 4) * (1 + merge)) * u
-        errors, _ = _backward_propagation(result, q, k, v, d_out, u=u, gamma=lambda n: n * u, relative=relative)
+        errors, _, mod_errors, _ = _backward_propagation(result, q, k, v, d_out, u=u, gamma=lambda n: n * u,
+                                                         relative=relative, bias_shape=bias_shape)
         floor = n_k * np.finfo(np.float64).tiny * float(np.abs(d_out).max(initial=0.0))
         rule = "float64 a-priori backward bound 2*(propagation with gamma(n)=nu, rel=(2(d+6)A_i+(n_k+4)(1+L_i))u)"
-        return GradientOracle(grads, tuple(
-            Allowance(SAFETY * e + floor, rule, (("propagated rounding", SAFETY * e), ("underflow floor", floor)))
-            for e in errors))
-    largest = max(float(np.abs(g).max(initial=0.0)) for g in grads)
+
+        def bound(e):
+            terms = (("propagated rounding", SAFETY * e), ("underflow floor", floor))
+            return Allowance(SAFETY * e + floor, rule, terms)
+
+        return GradientOracle(grads, tuple(bound(e) for e in errors),
+                              {name: (g, bound(mod_errors[name])) for name, g in mod_grads.items()})
+    largest = max(float(np.abs(g).max(initial=0.0)) for g in (*grads, *mod_grads.values()))
     if largest > float(finfo(dtype).max):  # its correctly rounded value is infinite: no error to bound
         raise ToleranceUndefined(f"the exact gradient ({largest:.6g}) is past {dtype}'s largest finite value "
                                  "on this input")
+    low = tuple(x.astype(dtype) for x in (q, k, v, d_out))
     with np.errstate(all="ignore"):
-        naive = attention_backward(*(x.astype(dtype) for x in (q, k, v, d_out)), **kwargs)
-    if not all(np.all(np.isfinite(g)) for g in naive):
+        naive = attention_backward(*low, **kwargs)
+        naive_mods = score_mod_gradients(*low, **kwargs) if mod_grads else {}
+    if not all(np.all(np.isfinite(g)) for g in (*naive, *naive_mods.values())):
         raise ToleranceUndefined(f"the naive {dtype} backward overflows on this input")
     u = unit_roundoff(dtype)
     u_a = min(u, unit_roundoff(np.float32))
     relative = LAMBDA * u_a * (math.sqrt(d) * row_magnitude + 2 * merge + 2)
-    errors, magnitudes = _backward_propagation(result, q, k, v, d_out, u=u_a,
-                                               gamma=lambda n: LAMBDA * math.sqrt(n) * u_a, relative=relative,
-                                               stored_u=u)
+    errors, magnitudes, mod_errors, mod_magnitudes = _backward_propagation(
+        result, q, k, v, d_out, u=u_a, gamma=lambda n: LAMBDA * math.sqrt(n) * u_a, relative=relative, stored_u=u,
+        bias_shape=bias_shape)
     tiny = n_k * float(finfo(np.float32).tiny) * float(np.abs(d_out).max(initial=0.0)) + float(
         finfo(dtype).smallest_subnormal)
-    allowances = []
-    for exact, approx, error, magnitude in zip(grads, naive, errors, magnitudes, strict=True):
+
+    def bound(exact, approx, error, magnitude):
         naive_error = np.max(np.abs(approx.astype(np.float64) - exact), axis=-1, keepdims=True)
         storage = u * (2 * np.abs(exact) + magnitude)
         floor = error + storage + tiny
@@ -140,11 +170,14 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict) -> Gradie
         terms = ((f"{K_GRADIENT:g} x naive {dtype} backward error of the row", scaled),
                  (f"propagated rounding floor (float32 inside, LAMBDA={LAMBDA:g})", error),
                  (f"storage rounding in {dtype}", storage), ("underflow", tiny))
-        allowances.append(Allowance(
+        return Allowance(
             scaled + floor,
             f"{dtype}: {K_GRADIENT:g} x the naive {dtype} backward's error of the row (largest "
-            f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms))
-    return GradientOracle(grads, tuple(allowances))
+            f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms)
+
+    return GradientOracle(grads, tuple(bound(*parts) for parts in zip(grads, naive, errors, magnitudes, strict=True)),
+                          {name: (g, bound(g, naive_mods[name], mod_errors[name], mod_magnitudes[name]))
+                           for name, g in mod_grads.items()})
 
 
 def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float | None = None,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from impls.numpy.numpy_tiled import tiled_attention
-from specs.gradients import attention_backward
+from specs.gradients import attention_backward, score_mod_gradients
 from specs.reference import attention
 from specs.validation import AttentionInputError
 
@@ -204,3 +204,29 @@ def test_the_oracle_backward_matches_central_differences_under_the_modifications
         numeric = (loss(step) - loss(-step)) / (2 * step)
         # central differences err by O(step^2 |f'''|) + O(u |f| / step): about 1e-9 here
         assert abs(np.sum(grad * direction) - numeric) <= 1e-7 * max(1.0, abs(numeric)), name
+
+
+@pytest.mark.parametrize("layout", [(2, 4, 4, 6), (4, 4, 6), (2, 1, 1, 6), (6,)])
+@pytest.mark.parametrize("mods", [dict(), dict(softcap=0.7, causal=True),
+                                  dict(sinks=np.ones(4), window_size=(1, 1), alibi_slopes=np.full(4, 0.3))])
+def test_dbias_and_dsinks_match_central_differences(layout, mods):
+    """dBias in the bias's own shape (summed over the axes it is broadcast along; dS before softcap's derivative,
+    as the bias is added after the cap) and dSinks (-sum pi_i rowsum(dO * O)_i) against central differences of
+    <d_out, out> in a random direction of each."""
+    q, k, v = qkv(4, 6)
+    q *= 3
+    d_out = RNG.normal(size=(2, 4, 4, 3))
+    kwargs = {**mods, "bias": RNG.normal(size=layout)}
+    grads = score_mod_gradients(q, k, v, d_out, **kwargs)
+    assert set(grads) == {"bias"} | ({"sinks"} if "sinks" in mods else set())
+    step = 1e-6
+    for name, grad in grads.items():
+        assert grad.shape == np.shape(kwargs[name])
+        direction = RNG.normal(size=grad.shape)
+
+        def loss(t, name=name, direction=direction):
+            return np.sum(d_out * attention(q, k, v, **{**kwargs, name: kwargs[name] + t * direction}).out)
+
+        numeric = (loss(step) - loss(-step)) / (2 * step)
+        assert abs(np.sum(grad * direction) - numeric) <= 1e-7 * max(1.0, abs(numeric)), name
+
