@@ -145,6 +145,18 @@ def causal_window(window: tuple[int, int] | None, causal: bool) -> tuple[int, in
     return (-1, 0) if window is None else (window[0], 0)
 
 
+def visible_key_range(rows: range, n_k: int, window: tuple[int, int] | None, offset: int) -> range:
+    """The keys some query of `rows` may see under `window` (causal_window's, with causal folded in) at this
+    alignment offset: a tiled kernel skips the key blocks outside it."""
+    first, last = 0, n_k - 1
+    left, right = window or (-1, -1)
+    if left >= 0:
+        first = max(first, rows.start + offset - left)
+    if right >= 0:
+        last = min(last, rows.stop - 1 + offset + right)
+    return range(first, max(first, last + 1))
+
+
 def window_visible(past: np.ndarray, window: tuple[int, int]) -> np.ndarray:
     """Boolean like `past` (relative_positions): key within (left, right) of the diagonal, a negative side
     unbounded."""

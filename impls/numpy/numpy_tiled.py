@@ -24,7 +24,14 @@ from impls.numpy.online_softmax import OnlineSoftmax, values_seen
 from protocol.registry import attention_impl
 from specs.dtypes import is_float
 from specs.reference import repeat_kv
-from specs.score_mods import ScoreMods, causal_window, check_score_mods, relative_positions, window_visible
+from specs.score_mods import (
+    ScoreMods,
+    causal_window,
+    check_score_mods,
+    relative_positions,
+    visible_key_range,
+    window_visible,
+)
 from specs.validation import AttentionInputError, check_mask, check_shapes, resolve_scale
 
 
@@ -35,17 +42,6 @@ def check_block_size(name: str, size: object) -> int:
 
 
 SCORED_BLOCKS: Counter = Counter()  # key blocks the forward scored, across calls: the window's skipped blocks are not
-
-
-def _key_range(r0: int, r1: int, n_k: int, causal: bool, window: tuple[int, int] | None) -> range:
-    """The key positions some row of [r0, r1) may see under causal and the window (top-left): the rest is skipped."""
-    first, last = 0, n_k - 1
-    left, right = causal_window(window, causal) or (-1, -1)
-    if left >= 0:
-        first = max(first, r0 - left)
-    if right >= 0:
-        last = min(last, r1 - 1 + right)
-    return range(first, last + 1)
 
 
 def _modified_block(scores: np.ndarray, mods: ScoreMods, rows: range, cols: range, causal: bool,
@@ -99,7 +95,7 @@ def tiled_attention(
     for r0 in range(0, shape.n_q, rows_per_block):
         r1 = min(r0 + rows_per_block, shape.n_q)
         state = OnlineSoftmax((shape.batch, shape.heads, r1 - r0), shape.d_v, dtype)
-        keys = _key_range(r0, r1, shape.n_k, causal, mods.window)
+        keys = visible_key_range(range(r0, r1), shape.n_k, causal_window(mods.window, causal), 0)  # top-left
         # every key block that holds a key of `keys`; the blocks before and after it are skipped whole
         for c0 in range(keys.start // cols_per_block * cols_per_block, keys.stop, cols_per_block):
             c1 = min(c0 + cols_per_block, shape.n_k)

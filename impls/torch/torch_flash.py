@@ -19,13 +19,17 @@ the input's dtype, as FlashAttention does.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import torch
 
+from impls.torch.score_mods import checked_mods
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
+from specs.score_mods import causal_window, relative_positions, visible_key_range, window_visible
 from specs.validation import CAUSAL_ALIGNMENTS, AttentionInputError, resolve_scale
 
 LOG2_E = 1.0 / math.log(2.0)
+VISITED_TILES: Counter = Counter()  # (row block, key block) tiles scored, "forward" and "backward", across calls
 LN_2 = math.log(2.0)
 
 
@@ -33,7 +37,7 @@ class _Plan:
     """What one call computes: shapes, scale, causal offset, mask, dropout, block sizes."""
 
     def __init__(self, q, k, v, *, scale, causal, causal_alignment, mask, dropout_p, dropout_seed,
-                 block_rows, block_cols):
+                 block_rows, block_cols, mods: dict):
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not isinstance(x, torch.Tensor):
                 raise AttentionInputError(f"{name} must be a torch tensor, got {type(x).__name__}")
@@ -57,8 +61,16 @@ class _Plan:
         self.scale = resolve_scale(scale, self.d)  # the protocol's domain: ints, NumPy scalars, 0-d arrays
         if causal_alignment not in CAUSAL_ALIGNMENTS:
             raise AttentionInputError(f"causal_alignment must be one of {CAUSAL_ALIGNMENTS}, got {causal_alignment!r}")
-        # key j is visible to query i iff j <= i + offset
-        self.causal_offset = None if not causal else (0 if causal_alignment == "top_left" else self.n_k - self.n_q)
+        # query i's diagonal meets key i + offset; causal folds into the window as its right bound 0
+        self.offset = 0 if causal_alignment == "top_left" else self.n_k - self.n_q
+        checked = checked_mods(q, k, v, **mods)
+        self.window = causal_window(checked.window, causal)
+        self.softcap = checked.softcap
+        self.bias_input = mods.get("bias")  # as given: its gradient has its shape
+        self.bias = None if self.bias_input is None else _as_rank4(self.bias_input.detach())
+        self.slopes = None if mods.get("alibi_slopes") is None else torch.as_tensor(
+            mods["alibi_slopes"]).expand(self.batch, self.heads)
+        self.sinks = None if mods.get("sinks") is None else mods["sinks"].detach()
         if mask is not None:
             if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
                 raise AttentionInputError(f"mask must be a boolean torch tensor, got {getattr(mask, 'dtype', mask)!r}")
@@ -67,7 +79,7 @@ class _Plan:
             except RuntimeError:
                 raise AttentionInputError(f"mask of shape {tuple(mask.shape)} does not broadcast to "
                                           f"{(self.batch, self.heads, self.n_q, self.n_k)}") from None
-            mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+            mask = _as_rank4(mask)
         self.mask = mask
         self.dropout_p, seed = check_dropout(dropout_p, 0 if dropout_seed is None else dropout_seed)
         self.row_keys = None
@@ -84,32 +96,52 @@ class _Plan:
             yield slice(r0, min(r0 + self.block_rows, self.n_q))
 
     def column_blocks(self, rows: slice):
-        """Slices of B_c keys the rows may see some of (blocks wholly in their causal future are skipped)."""
-        end = self.n_k if self.causal_offset is None else min(self.n_k, rows.stop + self.causal_offset)
-        for c0 in range(0, end, self.block_cols):  # keys past `end` are in every row's future: never read
-            yield slice(c0, min(c0 + self.block_cols, end))
+        """Slices of at most B_c keys covering those some row may see: the keys before the window and past the
+        causal horizon are never read, so a window costs (window + B_r + B_c) / n_k of the dense pass at most."""
+        keys = visible_key_range(range(rows.start, rows.stop), self.n_k, self.window, self.offset)
+        for c0 in range(keys.start, keys.stop, self.block_cols):
+            yield slice(c0, min(c0 + self.block_cols, keys.stop))
 
-    def hide(self, scores: torch.Tensor, rows: slice, cols: slice) -> None:
-        """Scores (batch * heads, rows, cols) of keys the rows may not see set to -inf, in place."""
-        if self.causal_offset is not None and cols.stop - 1 > rows.start + self.causal_offset:
-            i = torch.arange(rows.start, rows.stop)[:, None]
-            j = torch.arange(cols.start, cols.stop)[None, :]
-            scores.masked_fill_(j > i + self.causal_offset, -math.inf)
+    def modified(self, scores: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+        """A block's scores (batch * heads, rows, cols; base 2, scale included) after the cap, ALiBi and the bias
+        (specs/score_mods.py's order), with -inf where the window, causal or the mask hides the key, in place
+        where it can be."""
+        if self.softcap > 0:
+            cap = self.softcap * LOG2_E  # c tanh(s / c) in base 2: s2 = s log2(e), so the cap scales alike
+            scores = torch.tanh(scores.div_(cap)).mul_(cap)
+        past = None
+        if self.slopes is not None or (self.window is not None and not self.inside_window(rows, cols)):
+            past = relative_positions(range(rows.start, rows.stop), range(cols.start, cols.stop), self.offset)
+        if self.slopes is not None:
+            distance = torch.from_numpy(abs(past)).to(scores.dtype)
+            slopes = self.slopes.to(scores.dtype) * LOG2_E
+            self.per_head(scores).sub_(slopes[:, :, None, None] * distance)
+        if self.bias is not None:
+            self.per_head(scores).add_(self.block_of(self.bias, rows, cols).to(scores.dtype) * LOG2_E)
+        if self.window is not None and not self.inside_window(rows, cols):
+            scores.masked_fill_(torch.from_numpy(~window_visible(past, self.window)), -math.inf)
         if self.mask is not None:
-            self.per_head(scores).masked_fill_(~self.mask_block(rows, cols), -math.inf)
+            self.per_head(scores).masked_fill_(~self.block_of(self.mask, rows, cols), -math.inf)
+        return scores
 
-    def mask_block(self, rows: slice, cols: slice) -> torch.Tensor:
-        """The mask's (rows, cols) block, still broadcastable to (batch, heads, rows, cols)."""
+    def inside_window(self, rows: slice, cols: slice) -> bool:
+        """Whether every key of `cols` is within the window of every row of `rows` (no element to hide)."""
+        left, right = self.window
+        return ((left < 0 or cols.start - (rows.stop - 1 + self.offset) >= -left)
+                and (right < 0 or cols.stop - 1 - (rows.start + self.offset) <= right))
+
+    def block_of(self, x: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+        """The (rows, cols) block of a rank-4 tensor broadcastable to (batch, heads, n_q, n_k) (the mask, the
+        bias), still broadcastable to (batch, heads, rows, cols)."""
         everything = slice(None)
-        return self.mask[..., rows if self.mask.shape[-2] > 1 else everything,
-                         cols if self.mask.shape[-1] > 1 else everything]
+        return x[..., rows if x.shape[-2] > 1 else everything, cols if x.shape[-1] > 1 else everything]
 
     def visible_values(self, values: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
         """The block's values (batch * heads, cols, d_v), zero where the mask hides a key from every row of
         the block: P V multiplies them by a weight 0, and 0 * NaN would carry a hidden NaN into the output."""
         if self.mask is None:
             return values
-        seen = self.mask_block(rows, cols).any(dim=-2).expand(self.batch, self.heads, cols.stop - cols.start)
+        seen = self.block_of(self.mask, rows, cols).any(dim=-2).expand(self.batch, self.heads, cols.stop - cols.start)
         return torch.where(seen.reshape(-1, cols.stop - cols.start, 1), values, 0.0)
 
     def per_head(self, x: torch.Tensor) -> torch.Tensor:
@@ -133,6 +165,11 @@ class _Plan:
         return x.reshape(self.batch * self.heads, *x.shape[2:])
 
 
+def _as_rank4(x: torch.Tensor) -> torch.Tensor:
+    """A tensor broadcastable to (batch, heads, n_q, n_k) with its leading size-1 axes made explicit."""
+    return x.reshape((1,) * (4 - x.ndim) + tuple(x.shape))
+
+
 def _block_size(name: str, size: object) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise AttentionInputError(f"{name} must be a positive int, got {size!r}")
@@ -147,20 +184,27 @@ def _sum_groups(x: torch.Tensor, plan: _Plan) -> torch.Tensor:
 
 def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     """out (batch * heads, n_q, d_v) and LSE (batch * heads, n_q) in the compute dtype; LSE = -inf and out = 0
-    for a row with no visible key.
+    for a row with no visible key (without sinks; with them LSE is the sink's).
 
     The scores are kept in base 2 (q scaled by scale * log2(e)) and exponentiated with exp2, which torch
-    evaluates 2.5 times faster than exp on the CPU; the LSE is converted back to base e at the end."""
+    evaluates 2.5 times faster than exp on the CPU; the LSE is converted back to base e at the end. A sink starts
+    each row's running maximum and sum (the logit of a key with no value), so the softmax's denominator and the
+    LSE include it and nothing else does."""
     qs, keys, values = plan.flat(q) * (plan.scale * LOG2_E), plan.flat(k, kv=True), plan.flat(v, kv=True)
     out = torch.zeros(qs.shape[:2] + (plan.d_v,), dtype=plan.compute_dtype)
     lse = torch.full(qs.shape[:2], -math.inf, dtype=plan.compute_dtype)
+    sink = _sink_logits(plan)
     for rows in plan.row_blocks():
         acc = out[:, rows]
-        row_max = torch.full((qs.shape[0], rows.stop - rows.start, 1), -math.inf, dtype=plan.compute_dtype)
-        row_sum = torch.zeros_like(row_max)
+        if sink is None:
+            row_max = torch.full((qs.shape[0], rows.stop - rows.start, 1), -math.inf, dtype=plan.compute_dtype)
+            row_sum = torch.zeros_like(row_max)
+        else:  # the sink as the first logit seen: a running maximum of the sink and a sum of exp2(0) = 1
+            row_max = sink.expand(-1, rows.stop - rows.start, 1).clone()
+            row_sum = torch.where(row_max == -math.inf, 0.0, 1.0).to(plan.compute_dtype)
         for cols in plan.column_blocks(rows):
-            scores = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
-            plan.hide(scores, rows, cols)
+            VISITED_TILES["forward"] += 1
+            scores = plan.modified(torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2)), rows, cols)
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
             shift = new_max.masked_fill(new_max == -math.inf, 0.0)  # no visible key yet: exp(-inf - 0) = 0
             weights = scores.sub_(shift).exp2_()
@@ -177,8 +221,19 @@ def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lse
 
 
-def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tensor, ...]:
-    """dQ, dK, dV from the saved LSE: each block's weights recomputed as exp(S - LSE)."""
+def _sink_logits(plan: _Plan) -> torch.Tensor | None:
+    """Each (batch * heads) row's sink logit in base 2, (batch * heads, 1, 1), or None without sinks."""
+    if plan.sinks is None:
+        return None
+    sinks = plan.sinks.detach().to(plan.compute_dtype) * LOG2_E
+    return sinks.expand(plan.batch, plan.heads).reshape(-1, 1, 1)
+
+
+def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tensor | None, ...]:
+    """dQ, dK, dV from the saved LSE (each block's weights recomputed as exp(S - LSE)), and dBias and dSinks where
+    the call has them. dBias is dS after the cap (the bias is added after it), summed over the axes the bias is
+    broadcast along; softcap's derivative 1 - tanh^2 multiplies dS before dQ and dK; a sink's gradient is
+    -sum_i pi_i D_i over its head's rows, pi_i = exp(sink - LSE_i) its weight."""
     qs, keys, values = plan.flat(q) * (plan.scale * LOG2_E), plan.flat(k, kv=True), plan.flat(v, kv=True)
     d_out = plan.flat(d_out)
     # dS = P * (dP - D) with D_i = sum_c dO_ic O_ic; the LSE's own gradient adds P * dLSE
@@ -188,10 +243,12 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
     # P = exp2(S log2(e) - LSE log2(e)); a row with no visible key has P = exp2(-inf) = 0
     lse_safe = (lse * LOG2_E).masked_fill(lse == -math.inf, math.inf)[..., None]
     d_q, d_k, d_v = torch.zeros_like(qs), torch.zeros_like(keys), torch.zeros_like(values)
+    d_bias = None if plan.bias is None else torch.zeros(plan.bias.shape, dtype=plan.compute_dtype)
     for rows in plan.row_blocks():
         for cols in plan.column_blocks(rows):
-            scores = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
-            plan.hide(scores, rows, cols)
+            VISITED_TILES["backward"] += 1
+            raw = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
+            scores = plan.modified(raw.clone() if plan.softcap > 0 else raw, rows, cols)
             weights = scores.sub_(lse_safe[:, rows]).exp2_()
             d_weights = torch.bmm(d_out[:, rows], plan.visible_values(values[:, cols], rows, cols).transpose(1, 2))
             dropped = plan.dropout_scale(rows, cols)
@@ -200,16 +257,32 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
             if dropped is not None:
                 d_weights.mul_(dropped)
             d_scores = weights.mul_(d_weights.sub_(row_dot[:, rows]))
+            if d_bias is not None:
+                _add_broadcast_gradient(plan.block_of(d_bias, rows, cols), plan.per_head(d_scores))
+            if plan.softcap > 0:  # raw holds S log2(e): tanh's argument is S / c
+                capped = torch.tanh(raw.div_(plan.softcap * LOG2_E))
+                d_scores.mul_(capped.mul_(capped).neg_().add_(1.0))
             d_q[:, rows] += torch.bmm(d_scores, keys[:, cols])
             d_k[:, cols] += torch.bmm(d_scores.transpose(1, 2), qs[:, rows])
     d_k.mul_(LN_2)  # qs carries log2(e): dK = scale dS^T Q
     d_q = d_q.mul_(plan.scale).view(plan.batch, plan.heads, plan.n_q, plan.d)
-    return d_q.to(q.dtype), _sum_groups(d_k, plan).to(k.dtype), _sum_groups(d_v, plan).to(v.dtype)
+    d_sinks = None
+    if plan.sinks is not None:
+        sink_weight = torch.exp2(_sink_logits(plan)[..., 0] - lse_safe[..., 0])  # pi_i; LSE is finite with a sink
+        d_sinks = -plan.per_head(sink_weight * row_dot[..., 0]).sum(dim=(0, 2))
+    return (d_q.to(q.dtype), _sum_groups(d_k, plan).to(k.dtype), _sum_groups(d_v, plan).to(v.dtype),
+            d_bias, d_sinks)
+
+
+def _add_broadcast_gradient(target: torch.Tensor, grad: torch.Tensor) -> None:
+    """target += grad summed over the axes target has size 1 along (a broadcast tensor's gradient), in place."""
+    axes = tuple(axis for axis, size in enumerate(target.shape) if size == 1 and grad.shape[axis] != 1)
+    target += grad.sum(dim=axes, keepdim=True) if axes else grad
 
 
 class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, plan: _Plan):
+    def forward(ctx, q, k, v, bias, sinks, plan: _Plan):
         out, lse = _forward(plan, q, k, v)
         ctx.plan = plan
         ctx.save_for_backward(q, k, v, out, lse)
@@ -219,9 +292,12 @@ class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        d_q, d_k, d_v = _backward(ctx.plan, q, k, v, out, lse, d_out,
-                                  None if d_lse is None else d_lse.flatten(0, 1))
-        return d_q, d_k, d_v, None
+        d_q, d_k, d_v, d_bias, d_sinks = _backward(ctx.plan, q, k, v, out, lse, d_out,
+                                                   None if d_lse is None else d_lse.flatten(0, 1))
+        bias, sinks = ctx.plan.bias_input, ctx.plan.sinks
+        d_bias = None if d_bias is None else d_bias.reshape(bias.shape).to(bias.dtype)
+        d_sinks = None if d_sinks is None else d_sinks.to(sinks.dtype)
+        return d_q, d_k, d_v, d_bias, d_sinks, None
 
 
 def flash_attention_tiled(
@@ -238,6 +314,11 @@ def flash_attention_tiled(
     block_rows: int = 256,
     block_cols: int = 512,
     return_lse: bool = False,
+    bias: torch.Tensor | None = None,
+    window_size: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
 ):
     """Attention of q (batch, heads, n_q, d), k (batch, heads_kv, n_k, d), v (batch, heads_kv, n_k, d_v).
 
@@ -245,12 +326,17 @@ def flash_attention_tiled(
     mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend. dropout_seed selects
     the mask (specs.dropout_mask); None draws one from torch's default generator. return_lse=True
     returns (out, lse) with lse (batch, heads, n_q) in float32 (float64 for float64 input).
+    The score modifications (docs/checking-your-implementation.md, "Score modifications beyond the seeds"), in
+    the alignment's offset: a float `bias` broadcastable to the scores, `window_size=(left, right)`, `softcap`,
+    `alibi_slopes` (heads,) or (batch, heads), `sinks` (heads,); autograd reaches q, k, v, the bias and the sinks.
     """
     if dropout_seed is None and dropout_p:
         dropout_seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+    mods = dict(bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     plan = _Plan(q, k, v, scale=scale, causal=bool(causal), causal_alignment=causal_alignment, mask=mask,
-                 dropout_p=dropout_p, dropout_seed=dropout_seed, block_rows=block_rows, block_cols=block_cols)
-    out, lse = _FlashAttentionFunction.apply(q, k, v, plan)
+                 dropout_p=dropout_p, dropout_seed=dropout_seed, block_rows=block_rows, block_cols=block_cols,
+                 mods=mods)
+    out, lse = _FlashAttentionFunction.apply(q, k, v, bias, sinks, plan)
     return (out, lse) if return_lse else out
 
 

@@ -18,17 +18,20 @@ from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
 from specs.validation import AttentionInputError, resolve_scale
 
 FLASH_CAPABILITIES = dict(backend="torch", dtypes=("float64", "float32", "float16", "bfloat16"), tensors="torch",
-                          tile_keywords=("block_rows", "block_cols"), lse=True, fused=True)
+                          tile_keywords=("block_rows", "block_cols"), lse=True, fused=True,
+                          differentiable_mods=("bias", "sinks"))
 
 
 def _tiled(causal_alignment: str):
     def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
               causal: bool = False, mask: torch.Tensor | None = None, dropout_p: float = 0.0,
               dropout_seed: int | None = None, block_rows: int = 256, block_cols: int = 512,
-              return_lse: bool = False):
+              return_lse: bool = False, bias: torch.Tensor | None = None, window_size: tuple[int, int] | None = None,
+              softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None, sinks: torch.Tensor | None = None):
         return flash_attention_tiled(q, k, v, scale=scale, causal=causal, causal_alignment=causal_alignment,
                                      mask=mask, dropout_p=dropout_p, dropout_seed=dropout_seed,
-                                     block_rows=block_rows, block_cols=block_cols, return_lse=return_lse)
+                                     block_rows=block_rows, block_cols=block_cols, return_lse=return_lse, bias=bias,
+                                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
 
     tiled.__doc__ = f"impls.torch.torch_flash.flash_attention_tiled, causal aligned {causal_alignment}."
     return tiled

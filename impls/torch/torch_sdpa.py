@@ -19,9 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from impls.torch.score_mods import checked_mods
 from protocol.registry import attention_impl
-from specs.score_mods import check_score_mods
-from specs.validation import AttentionShape
 
 
 def pinned_sdpa(backend: SDPBackend, q, k, v, *, scale, causal, mask, dropout_p=0.0) -> torch.Tensor:
@@ -40,9 +39,7 @@ def folded_bias(bias: torch.Tensor | None, mask: torch.Tensor | None, causal: bo
     causal horizon hides set to -inf, and is_causal off."""
     if bias is None:
         return mask, causal
-    view = bias.detach().cpu()
-    check_score_mods(AttentionShape(*q.shape[:2], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]),
-                     bias=(view.to(torch.float64) if view.is_floating_point() else view).numpy())
+    checked_mods(q, k, v, bias=bias)
     n_q, n_k = q.shape[2], k.shape[2]
     hidden = torch.tensor(float("-inf"), dtype=bias.dtype)
     if mask is not None:
