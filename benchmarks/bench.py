@@ -30,6 +30,7 @@ SIZES_N = (256, 1024, 4096, 8192)
 SIZES_D = (64, 128)
 MEMORY_D = 64  # peak memory is measured at this head dim only (one child process per implementation and n)
 PROFILE_AT = (4096, 64)  # where our torch tiled forward is profiled
+WINDOW = (256, 0)  # a sliding window of 256 keys before the diagonal: its tiles are a sliver of the dense pass's
 NUMPY_TILED_BLOCKS = {"block_rows": 128, "block_cols": 128}  # its default 16 x 16 is ~260k Python steps at n=8192
 
 
@@ -53,6 +54,9 @@ IMPLEMENTATIONS = (
     Implementation("matmul-pv", "torch.bmm (8, n, n) x (8, n, d)", None, "torch", ("matmul",)),
     Implementation("torch-tiled", "our torch tiled FlashAttention", "impls.torch.torch_flash:flash_attention_tiled",
                    "torch", ("forward", "fwd+bwd")),
+    Implementation("torch-tiled-window", f"our torch tiled FlashAttention, window_size={WINDOW}",
+                   "impls.torch.torch_flash:flash_attention_tiled", "torch", ("forward", "fwd+bwd"),
+                   kwargs={"window_size": WINDOW}),
     Implementation("sdpa-math", "torch SDPA, MATH backend", "impls.torch.torch_sdpa:sdpa_math", "torch",
                    ("forward", "fwd+bwd"), quadratic=True),
     Implementation("seed000-three-line", "seed 000 three-line torch code",

@@ -18,6 +18,7 @@ the input's dtype, as FlashAttention does.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -109,17 +110,17 @@ class _Plan:
         if self.softcap > 0:
             cap = self.softcap * LOG2_E  # c tanh(s / c) in base 2: s2 = s log2(e), so the cap scales alike
             scores = torch.tanh(scores.div_(cap)).mul_(cap)
-        past = None
-        if self.slopes is not None or (self.window is not None and not self.inside_window(rows, cols)):
-            past = relative_positions(range(rows.start, rows.stop), range(cols.start, cols.stop), self.offset)
         if self.slopes is not None:
+            past = relative_positions(range(rows.start, rows.stop), range(cols.start, cols.stop), self.offset)
             distance = torch.from_numpy(abs(past)).to(scores.dtype)
             slopes = self.slopes.to(scores.dtype) * LOG2_E
             self.per_head(scores).sub_(slopes[:, :, None, None] * distance)
         if self.bias is not None:
             self.per_head(scores).add_(self.block_of(self.bias, rows, cols).to(scores.dtype) * LOG2_E)
         if self.window is not None and not self.inside_window(rows, cols):
-            scores.masked_fill_(torch.from_numpy(~window_visible(past, self.window)), -math.inf)
+            shift = cols.start - (rows.start + self.offset)
+            scores.masked_fill_(_outside_window(rows.stop - rows.start, cols.stop - cols.start, shift, self.window),
+                                -math.inf)
         if self.mask is not None:
             self.per_head(scores).masked_fill_(~self.block_of(self.mask, rows, cols), -math.inf)
         return scores
@@ -163,6 +164,14 @@ class _Plan:
         if kv and self.group > 1:
             x = x.repeat_interleave(self.group, dim=1)
         return x.reshape(self.batch * self.heads, *x.shape[2:])
+
+
+@functools.lru_cache(maxsize=64)
+def _outside_window(rows: int, cols: int, shift: int, window: tuple[int, int]) -> torch.Tensor:
+    """(rows, cols) True where a tile's key is outside the window, the tile's first key `shift` past its first
+    query's diagonal: the same for every tile at that shift, so a band's tiles share one mask."""
+    past = relative_positions(range(rows), range(shift, shift + cols), 0)
+    return torch.from_numpy(~window_visible(past, window))
 
 
 def _as_rank4(x: torch.Tensor) -> torch.Tensor:

@@ -105,9 +105,19 @@ def test_exponents_of_time_and_memory():
 def test_target_verdicts(ours_forward, ours_fwd_bwd, ours_peak, expected):
     timings, memory = synthetic(ours_forward, ours_fwd_bwd, ours_peak, naive_peak=2e9)
     targets = summary.summarise(timings, memory, settings=SETTINGS)["targets"]
-    assert tuple(t["verdict"] for t in targets) == expected
+    assert tuple(t["verdict"] for t in targets[:3]) == expected
     assert targets[0]["value"] == pytest.approx(ours_forward)
     assert targets[2]["value"] == pytest.approx(ours_peak / 2e9)
+
+
+@pytest.mark.parametrize(("window_share", "expected"), [(0.1, "PASS"), (1024 / 8192, "PASS"), (0.13, "MISS")])
+def test_the_window_target_is_its_time_over_the_dense_forwards(window_share, expected):
+    """A window of 256 at n = 8192 may cost (256 + 256 + 512) / 8192 of our dense forward: <= passes."""
+    timings, memory = synthetic(ours_forward=0.5)  # our dense forward: 2 s at n = 4096, 8 s at 8192
+    timings.append(timing("torch-tiled-window", "forward", 8192, 8.0 * window_share))
+    window = summary.summarise(timings, memory, settings=SETTINGS)["targets"][3]
+    assert window["value"] == pytest.approx(window_share) and window["relation"] == "<="
+    assert window["verdict"] == expected
 
 
 def test_a_target_without_its_data_is_not_applicable():
@@ -115,7 +125,7 @@ def test_a_target_without_its_data_is_not_applicable():
     timings = [t for t in timings if not (t["impl"] == "torch-tiled" and t["mode"] == "fwd+bwd")]
     memory = [m for m in memory if m["impl"] != "numpy-naive"]
     targets = summary.summarise(timings, memory, settings=SETTINGS)["targets"]
-    assert [t["verdict"] for t in targets] == ["PASS", "n/a", "n/a"]
+    assert [t["verdict"] for t in targets] == ["PASS", "n/a", "n/a", "n/a"]
     assert "torch-tiled fwd+bwd" in targets[1]["missing"] and "numpy-naive" in targets[2]["missing"]
     assert all("n/a" in line for line in summary.target_lines({"targets": targets})[1:])
 
