@@ -14,11 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
+from harness.api.regime_cases import cases, skip_unless_fits
 from harness.api.trial import Trial, check_against_oracle, check_lse_against_oracle, problems_for
 from properties.test_gradients import check_gradients
+from properties.test_regimes import _default_block_sizes
 from protocol.registry import SCORE_MODS, Variant
+from specs import regimes
 from specs.keyword_edges import BAD_SCORE_MODS
-from specs.problems import Problem
+from specs.problems import Problem, build
 from specs.strategies import with_score_mod
 
 SMALL = dict(max_n=40)  # windows, caps and biases act per score: tile-sized lengths add nothing but time
@@ -42,13 +45,13 @@ def modified_problem(variant: Variant, keyword: str, data: st.DataObject) -> Pro
     return data.draw(with_score_mod(base, keyword, companions), label="problem")
 
 
-def check_modified(variant: Variant, problem: Problem) -> None:
-    """The output, and the log-sum-exp where the record returns one, against the oracle's: the LSE is where a sink
-    counts even when the output is right."""
+def check_modified(variant: Variant, problem: Problem, **extra) -> None:
+    """The output, and the log-sum-exp where the record returns one, against the oracle's (the LSE is where a sink
+    counts even when the output is right); `extra`: keywords the calls add (block sizes)."""
     __tracebackhide__ = True
-    check_against_oracle(variant, problem)
+    check_against_oracle(variant, problem, **extra)
     if variant.capabilities.lse:
-        check_lse_against_oracle(variant, problem)
+        check_lse_against_oracle(variant, problem, **extra)
 
 
 @checks("sliding-window-attends-its-band")
@@ -114,3 +117,28 @@ def test_gradients_under_each_modification_match_the_oracle(variant, keyword, da
     wrt = tuple(name for name in variant.capabilities.differentiable_mods if getattr(problem, name) is not None)
     check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=blocks, wrt=wrt)
 
+
+@checks("score-mods-hold-at-length")
+@pytest.mark.parametrize("regime", cases(regimes.SCORE_MODS_AT_LENGTH))
+def test_modifications_at_length_match_the_oracle(variant, regime):
+    """specs.regimes.SCORE_MODS_AT_LENGTH: each modification at n = 257 to 2049 and with n_q != n_k both ways, in
+    the record's alignment (a regime asking for a keyword it does not take is skipped with the reason)."""
+    check_modified(variant, skip_unless_fits(variant, regime))
+
+
+@checks("score-mods-hold-at-length")
+@pytest.mark.requires("window_size", "tile_keywords")
+def test_windows_one_key_either_side_of_the_block_sizes(variant):
+    """Block sizes B of 16, 24, ... (one per tile keyword, the default where smaller) passed to the call, and
+    windows reaching B - 1, B and B + 1 keys to the left or to the right of the diagonal, so the band's edge falls
+    before, on and after a tile's edge, at n = 2 max B + 1, in float. The default block sizes meet the window at
+    length in test_modifications_at_length_match_the_oracle."""
+    defaults = _default_block_sizes(variant)
+    if not defaults:
+        pytest.skip("the block-size keywords have no integer defaults")
+    blocks = {keyword: min(default, 16 + 8 * i) for i, (keyword, default) in enumerate(sorted(defaults.items()))}
+    n = 2 * max(blocks.values()) + 1
+    for reach in sorted({b + delta for b in blocks.values() for delta in (-1, 0, 1)}):
+        for window in ((reach, 0), (0, reach)):
+            check_modified(variant, build(heads=2, heads_kv=2, n_q=n, n_k=n, d=16, d_v=16, seed=reach,
+                                          window=window), **blocks)

@@ -49,7 +49,15 @@ def _needs(recipe: dict) -> tuple[str, ...]:
         needs.append("gqa")
     if recipe.get("scale") is not None:
         needs.append("scale")
+    if recipe.get("causal"):
+        needs.append("causal")
+    needs += [keyword for field_name, keyword in _MOD_FIELDS.items() if recipe.get(field_name)]
     return tuple(needs)
+
+
+# specs.problems.Recipe's field of each score modification -> the keyword an implementation must take for it
+_MOD_FIELDS = {"window": "window_size", "softcap": "softcap", "alibi": "alibi_slopes", "bias": "bias",
+               "sinks": "sinks"}
 
 
 def regime(name: str, **recipe) -> Regime:
@@ -117,3 +125,25 @@ GRADIENT_DROPOUT = (
     regime("grad dropout 257x513 GQA 4/1", heads=4, heads_kv=1, n_q=257, n_k=513, d=64, d_v=64, seed=258),
     regime("grad dropout n=1025", n_q=1025, n_k=1025, d=128, d_v=128, seed=1029),
 )
+
+# Beyond the seeds (properties/test_score_mods.py): each score modification at length, where a tiled kernel cuts
+# its window, cap, slopes and bias across many tiles, and with n_q != n_k both ways, where the alignment offset
+# moves the band and ALiBi's diagonal (in the record's own alignment); one window reaches past n_k with n_q > n_k
+# (flash-attention #895). A cap of 2 bends the normal style's scaled scores (largest about 4.5 at d = 64).
+SCORE_MODS_AT_LENGTH = (
+    regime("window 128/16 n=257", n_q=257, n_k=257, d=64, d_v=64, seed=2571, window=(128, 16)),
+    regime("window 100/-1 causal n=513", n_q=513, n_k=513, d=64, d_v=64, seed=5131, window=(100, -1),
+           causal=True),
+    regime("softcap 2 n=513", n_q=513, n_k=513, d=64, d_v=64, seed=5132, softcap=2.0),
+    regime("alibi n=257", n_q=257, n_k=257, d=64, d_v=64, seed=2572, alibi="batch_heads", batch=2),
+    regime("bias n=513", n_q=513, n_k=513, d=64, d_v=64, seed=5133, bias="full", bias_hidden=0.3),
+    regime("sinks n=257", n_q=257, n_k=257, d=64, d_v=64, seed=2573, sinks=True),
+    regime("window 64/16 300x700", n_q=300, n_k=700, d=64, d_v=64, seed=3001, window=(64, 16)),
+    regime("window 64/0 causal 700x300", n_q=700, n_k=300, d=64, d_v=64, seed=3002, window=(64, 0), causal=True),
+    regime("window 8/400 700x300", n_q=700, n_k=300, d=64, d_v=64, seed=3003, window=(8, 400)),
+    regime("alibi 300x700", n_q=300, n_k=700, d=64, d_v=64, seed=3004, alibi="heads"),
+    regime("window 512/64 n=2049", n_q=2049, n_k=2049, d=64, d_v=64, seed=20491, window=(512, 64)),
+    regime("softcap 2 + bias + sinks n=2049", n_q=2049, n_k=2049, d=64, d_v=64, seed=20492, softcap=2.0,
+           bias="keys", sinks=True),
+)
+

@@ -154,6 +154,7 @@ def visible_key_range(rows: range, n_k: int, window: tuple[int, int] | None, off
         first = max(first, rows.start + offset - left)
     if right >= 0:
         last = min(last, rows.stop - 1 + offset + right)
+    first = min(first, n_k)  # rows whose window starts past the last key see none
     return range(first, max(first, last + 1))
 
 

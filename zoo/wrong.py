@@ -468,22 +468,26 @@ def window_ignores_alignment(q, k, v, *, scale=None, causal=False, mask=None, wi
 window_ignores_alignment.attention_capabilities = {"causal_alignment": "bottom_right"}
 
 
-def window_masks_only_diagonal_tiles(q, k, v, *, scale=None, causal=False, mask=None, window_size=None):
-    """The band masked element-wise only on tiles that hold a diagonal element (16 x 16 tiles).
+def window_masks_only_diagonal_tiles(q, k, v, *, scale=None, causal=False, mask=None, window_size=None,
+                                     block_rows=16, block_cols=16):
+    """The band masked element-wise only on tiles that hold a diagonal element.
 
     A tile wholly outside the band is skipped, so a tile that straddles the window's far edge is seen whole."""
     def band(n_q, n_k, window, causal, offset):
         exact = _band(n_q, n_k, window, causal, offset)
         allowed = np.zeros_like(exact)
         diagonal = np.arange(n_q)[:, None] + offset == np.arange(n_k)[None, :]
-        for r in range(0, n_q, 16):
-            for c in range(0, n_k, 16):
-                tile = (slice(r, r + 16), slice(c, c + 16))
+        for r in range(0, n_q, block_rows):
+            for c in range(0, n_k, block_cols):
+                tile = (slice(r, r + block_rows), slice(c, c + block_cols))
                 if exact[tile].any():
                     allowed[tile] = exact[tile] if diagonal[tile].any() else True
         return allowed
 
     return _modified(q, k, v, scale, causal, mask, window_size=window_size, band_of=band)
+
+
+window_masks_only_diagonal_tiles.attention_capabilities = {"tile_keywords": ("block_rows", "block_cols")}
 
 
 def softcap_ignored(q, k, v, *, scale=None, causal=False, mask=None, softcap=0.0):

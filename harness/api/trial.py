@@ -315,14 +315,14 @@ def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool
     trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))
 
 
-def check_lse_against_oracle(variant: Variant, problem: Problem) -> None:
+def check_lse_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
     """The log-sum-exp of the return_lse=True call against the oracle's (a record with capability lse): equal where
     the oracle's is infinite (a row that sees no key: -inf, or its sink), within specs.tolerance.lse_allowance
-    elsewhere."""
+    elsewhere; `extra`: keywords the call adds (block sizes)."""
     __tracebackhide__ = True
     trial = Trial(variant, problem)
-    call_line = "out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)"
-    raw = trial.call_raw(problem, return_lse=True)
+    call_line = call_line_for({**extra, "return_lse": True}).replace("out = ", "out, lse = ", 1)
+    raw = trial.call_raw(problem, return_lse=True, **extra)
     if not isinstance(raw, tuple) or len(raw) != 2:
         trial.fail("declared lse=True but return_lse=True did not return (out, lse)", call_line=call_line)
     oracle, _ = trial.oracle()

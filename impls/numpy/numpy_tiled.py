@@ -97,7 +97,8 @@ def tiled_attention(
         state = OnlineSoftmax((shape.batch, shape.heads, r1 - r0), shape.d_v, dtype)
         keys = visible_key_range(range(r0, r1), shape.n_k, causal_window(mods.window, causal), 0)  # top-left
         # every key block that holds a key of `keys`; the blocks before and after it are skipped whole
-        for c0 in range(keys.start // cols_per_block * cols_per_block, keys.stop, cols_per_block):
+        first_block = keys.start // cols_per_block * cols_per_block if keys else keys.stop  # no key: no block
+        for c0 in range(first_block, keys.stop, cols_per_block):
             c1 = min(c0 + cols_per_block, shape.n_k)
             SCORED_BLOCKS["forward"] += 1
             scores = ((q[:, :, r0:r1] @ k[:, :, c0:c1].swapaxes(-1, -2)) * s).astype(dtype, copy=False)
