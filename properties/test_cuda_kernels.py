@@ -18,8 +18,9 @@ from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from impls.cuda.geometry import TileCase
 from impls.cuda.runtime.on_cpu import KernelDefect
-from protocol.registry import Variant
+from protocol.registry import SCORE_MODS, Variant
 from specs.problems import Problem, build
+from specs.strategies import with_score_mod
 
 # the random draws stay small (one sequence, one kv head; query heads still grouped: GQA), each call near a
 # second under the sanitizers; the fixed tile-edge cases reach the tiles, batches and kv heads they leave out
@@ -30,12 +31,18 @@ CHECKER_CLAIMS = {"memcheck": "kernel-memory-safe", "racecheck": "kernel-race-fr
 
 
 def check_kernel(variant: Variant, data: st.DataObject, checker: str) -> None:
-    """Draw a small problem (and block sizes where the kernel takes them) and run the kernel under `checker`."""
+    """Draw a small problem (and block sizes where the kernel takes them; score modifications where it takes them)
+    and run the kernel under `checker`."""
     caps = variant.capabilities
     blocks = {keyword: data.draw(st.integers(1, 70), label=keyword) for keyword in caps.tile_keywords}
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
-    problem = data.draw(problems_for(variant, causal=causal, masked=masked, **SMALL), label="problem")
+    base = problems_for(variant, causal=causal, masked=masked, **SMALL)
+    mods = [mod for mod in SCORE_MODS if getattr(caps, mod)]
+    if mods and data.draw(st.booleans(), label="score modifications"):  # the band's and the cap's own paths
+        keyword = data.draw(st.sampled_from(mods), label="modification")
+        base = with_score_mod(base, keyword, tuple(m for m in mods if m != keyword))
+    problem = data.draw(base, label="problem")
     run_checked(Trial(variant, problem), checker, blocks)
 
 

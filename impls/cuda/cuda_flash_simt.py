@@ -11,6 +11,7 @@ from impls.cuda.cuda_records import cuda_records
 from impls.cuda.geometry import TileGeometry
 from impls.cuda.runtime.execute import execute
 from impls.cuda.runtime.launch import KERNEL_DIR, KernelSource, Launch
+from specs.score_mods import causal_window, check_score_mods
 from specs.validation import AttentionInputError, AttentionShape, check_causal, check_mask, check_shapes, resolve_scale
 
 KERNEL = KernelSource(KERNEL_DIR / "flash_simt.cu", ("flash_forward<float>", "flash_forward<__half>"))
@@ -53,11 +54,15 @@ def mask_arguments(mask: np.ndarray | None, shape: AttentionShape) -> tuple[np.n
 
 def flash_simt(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None, causal: bool = False,
                mask: np.ndarray | None = None, return_lse: bool = False, causal_alignment: str = "top_left",
-               executor: str, kernel: KernelSource = KERNEL):
+               window_size: tuple[int, int] | None = None, softcap: float = 0.0, executor: str,
+               kernel: KernelSource = KERNEL):
     """Attention by flash_simt.cu (or a copy of it with the same parameters, `kernel`); (out, lse) with
-    return_lse, lse float32 (natural log, -inf: no key)."""
+    return_lse, lse float32 (natural log, -inf: no key). The window and the cap as the protocol defines them
+    (specs.score_mods), in the alignment's offset; causal is the window's right bound 0."""
     shape = check_inputs(q, k, v)
     check_causal(causal, causal_alignment)
+    mods = check_score_mods(shape, window_size=window_size, softcap=softcap)
+    left, right = causal_window(mods.window, bool(causal)) or (-1, -1)
     s = resolve_scale(scale, shape.d)
     mask_array, has_mask, *mask_strides = mask_arguments(mask, shape)
     offset = 0 if causal_alignment == "top_left" else shape.n_k - shape.n_q
@@ -72,7 +77,8 @@ def flash_simt(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | No
         shared_bytes=4 * (rows * shape.d + BLOCK_COLS * (shape.d + 1) + BLOCK_COLS * shape.d_v),
         args=(*(np.ascontiguousarray(x) for x in (q, k, v)), out, lse, mask_array,
               *(np.int32(n) for n in (shape.heads, shape.heads_kv, shape.n_q, shape.n_k, shape.d, shape.d_v)),
-              np.float32(s), np.int32(bool(causal)), np.int32(offset), has_mask, *mask_strides),
+              np.float32(s), np.float32(mods.softcap), np.int32(offset), np.int32(left), np.int32(right), has_mask,
+              *mask_strides),
     )
     result = execute(kernel, launch, executor)
     return (result[3], result[4]) if return_lse else result[3]
@@ -80,18 +86,18 @@ def flash_simt(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | No
 
 def flash_simt_top_left(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None,
                         causal: bool = False, mask: np.ndarray | None = None, return_lse: bool = False,
-                        executor: str):
+                        window_size: tuple[int, int] | None = None, softcap: float = 0.0, executor: str):
     """flash_simt.cu, top-left causal alignment (query i sees keys j <= i)."""
     return flash_simt(q, k, v, scale=scale, causal=causal, mask=mask, return_lse=return_lse,
-                      causal_alignment="top_left", executor=executor)
+                      causal_alignment="top_left", window_size=window_size, softcap=softcap, executor=executor)
 
 
 def flash_simt_bottom_right(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float | None = None,
                             causal: bool = False, mask: np.ndarray | None = None, return_lse: bool = False,
-                            executor: str):
+                            window_size: tuple[int, int] | None = None, softcap: float = 0.0, executor: str):
     """flash_simt.cu, bottom-right causal alignment (query i sees keys j <= i + n_k - n_q)."""
     return flash_simt(q, k, v, scale=scale, causal=causal, mask=mask, return_lse=return_lse,
-                      causal_alignment="bottom_right", executor=executor)
+                      causal_alignment="bottom_right", window_size=window_size, softcap=softcap, executor=executor)
 
 
 # blocks of up to MAX_WARPS * ROWS_PER_WARP rows of one head; K/V tiles of BLOCK_COLS keys whatever the head dim

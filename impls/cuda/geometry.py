@@ -6,7 +6,8 @@ declares that geometry (impls/cuda/cuda_records.py, `geometry=`) from the launch
 record runs, against the oracle and under each checker (properties/test_cuda_kernels.py), the problems
 `tile_edge_cases` derives from it: for each head-dim class, two key tiles + 1 keys and two query blocks + 1
 rows, batch 2 with 2 kv heads (grouped where the kernel takes GQA), causal in the record's alignment, and
-masked. These are not bounded by a CPU record's max_seq, which bounds only the random draws.
+masked; on the smallest class, the window and softcap where the kernel takes them. These are not bounded by a CPU
+record's max_seq, which bounds only the random draws.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class TileGeometry:
                 # scores of standard deviation 8: a row's maximum rises past a lazy threshold of 2^8 (exp2 units)
                 # from one key tile to a later one in tens of rows of each case, so a rescale fires there
                 variants.append((f"causal {caps.causal_alignment}", dict(causal=True, scale=SHARP / math.sqrt(d))))
+            if tile and d == min(self.key_tiles) and (caps.window_size or caps.softcap):
+                # beyond the seeds, on the smallest class: a window reaching one key past a tile, so the band's
+                # left edge cuts the second tile for the last rows and the first rows skip no tile, and a cap
+                mods = {"window": (tile + 1, 1)} if caps.window_size else {}
+                mods.update({"softcap": 2.0} if caps.softcap else {})
+                variants.append((" ".join(f"{key} {value}" for key, value in mods.items()), mods))
             for label, extra in variants or [("plain", {})]:
                 q_len, k_len = n_q, n_k
                 if not caps.cross:

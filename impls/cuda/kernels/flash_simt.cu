@@ -12,10 +12,14 @@
 // columns j, j + 32, ... (up to 256), the weights read from shared memory (a static [MAX_WARPS *
 // ROWS_PER_WARP][BLOCK_COLS] array, each warp its own rows, ordered by __syncwarp). Online softmax per row
 // (running max m, running sum l, accumulator rescaled by exp(m_old - m_new)), all arithmetic in float32
-// whatever the storage type. A hidden key (causal future, mask, past n_k) has its score replaced by -inf and
+// whatever the storage type. Beyond the seeds: softcap > 0 caps the scaled score as softcap * tanh(s / softcap),
+// and a window (window_left, window_right; -1 unbounded) shows query i the keys i + offset - left .. i + offset
+// + right, causal being the window's right bound 0 (the launcher folds it in). A hidden key (outside the window,
+// mask, past n_k) has its score replaced by -inf and
 // its value never multiplied (a per-row ballot of visible keys), so NaN or Inf held by hidden keys never
-// reaches an output; NaN a row does see does. Key tiles in the causal future of every row of the block are
-// skipped. A row with no visible key writes 0 and lse -inf.
+// reaches an output; NaN a row does see does. Key tiles outside the window of every row of the block are
+// skipped: the block reads keys from its first row's left bound to its last row's right bound only. A row with
+// no visible key writes 0 and lse -inf.
 //
 // Dynamic shared memory: 4 * (block_rows * d + BLOCK_COLS * (d + 1) + BLOCK_COLS * d_v) bytes
 // (82,048 bytes at d = d_v = 256 with 4 warps), plus 2 KB static. __launch_bounds__(128, 2): two blocks per SM fit the
@@ -52,7 +56,8 @@ template <typename T>
 __global__ void __launch_bounds__(MAX_WARPS * 32, 2)
 flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
               float* __restrict__ lse, const unsigned char* __restrict__ mask, int heads, int heads_kv, int n_q,
-              int n_k, int d, int d_v, float scale, int causal, int causal_offset, int has_mask, int mask_sb,
+              int n_k, int d, int d_v, float scale, float softcap, int offset, int window_left, int window_right,
+              int has_mask, int mask_sb,
               int mask_sh, int mask_sq, int mask_sk) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float ps[MAX_WARPS * ROWS_PER_WARP * BLOCK_COLS];  // the weights of the tile, row by row
@@ -86,11 +91,12 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
         for (int c = 0; c < COL_CHUNKS; ++c) acc[r][c] = 0.0f;
     }
 
-    // Keys at or past key_end lie in the causal future of every row of this block.
-    int key_end = n_k;
-    if (causal) key_end = min(n_k, max(0, min(row0 + block_rows, n_q) + causal_offset));
+    // Keys before key_begin or at and past key_end lie outside the window of every row of this block.
+    const int last_row = min(row0 + block_rows, n_q) - 1;
+    const int key_begin = window_left < 0 ? 0 : min(n_k, max(0, row0 + offset - window_left));
+    const int key_end = window_right < 0 ? n_k : min(n_k, max(0, last_row + offset + window_right + 1));
 
-    for (int k0 = 0; k0 < key_end; k0 += BLOCK_COLS) {
+    for (int k0 = key_begin; k0 < key_end; k0 += BLOCK_COLS) {
         __syncthreads();  // every warp is done reading the previous tile
         for (int e = tid; e < BLOCK_COLS * d; e += blockDim.x) {
             const int j = e / d, c = e - j * d, key = k0 + j;
@@ -119,10 +125,13 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
 #pragma unroll
         for (int r = 0; r < ROWS_PER_WARP; ++r) {
             const int i = warp_row0 + r;
-            bool visible = key < n_k && i < n_q && (!causal || key <= i + causal_offset);
+            bool visible = key < n_k && i < n_q && (window_left < 0 || key >= i + offset - window_left) &&
+                           (window_right < 0 || key <= i + offset + window_right);
             if (has_mask && visible)
                 visible = mask[mask_bh + (long long)i * mask_sq + (long long)key * mask_sk] != 0;
-            const float score = visible ? p[r] * scale : neg_inf;
+            float score = p[r] * scale;
+            if (softcap > 0.0f) score = softcap * tanhf(score / softcap);
+            score = visible ? score : neg_inf;
             seen[r] = __ballot_sync(FULL_MASK, visible);
             const float m_new = fmaxf(m[r], warp_max(score));
             const float shift = m_new == neg_inf ? 0.0f : m_new;
@@ -171,8 +180,8 @@ flash_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
 }
 
 template __global__ void flash_forward<float>(const float*, const float*, const float*, float*, float*,
-                                              const unsigned char*, int, int, int, int, int, int, float, int,
-                                              int, int, int, int, int, int);
+                                              const unsigned char*, int, int, int, int, int, int, float, float,
+                                              int, int, int, int, int, int, int, int);
 template __global__ void flash_forward<__half>(const __half*, const __half*, const __half*, __half*, float*,
-                                               const unsigned char*, int, int, int, int, int, int, float, int,
-                                               int, int, int, int, int, int);
+                                               const unsigned char*, int, int, int, int, int, int, float, float,
+                                               int, int, int, int, int, int, int, int);
