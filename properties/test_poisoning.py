@@ -1,6 +1,7 @@
 """NaN and Inf in the inputs (DESIGN.md CONTRACT 1: NaN where the reference is finite is a failure).
 
-A key a query may not see (causal future, masked, padding) must not reach its output even when it holds
+A key a query may not see (causal future, masked, padding; beyond the seeds, outside a window or under a -inf
+bias) must not reach its output even when it holds
 NaN or Inf: FlashAttention's tests poison padding with NaN for exactly this reason (a mask applied by adding
 -inf to a NaN score, or a hidden value multiplied by a zero weight, leaks it). Conversely a NaN a query does
 see must reach it: an implementation that drops NaN hides bugs upstream.
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from harness.api.markers import checks
 from harness.api.trial import Trial, problems_for
 from specs.problems import Problem
+from specs.strategies import with_score_mod
 
 POISONS = (np.nan, np.inf, -np.inf)
 
@@ -76,6 +78,25 @@ def test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them(variant, d
     problem = data.draw(problems_for(variant, masked=True, min_n=2), label="problem")
     allowed = np.broadcast_to(problem.mask, problem.q.shape[:3] + (problem.n_k,))
     hidden_somewhere = np.flatnonzero(~allowed.all(axis=(0, 1, 2)))
+    assume(hidden_somewhere.size)
+    keys = sorted(set(data.draw(st.lists(st.sampled_from(hidden_somewhere.tolist()), min_size=1, max_size=4),
+                                label="poisoned keys")))
+    _check_hidden_poison(variant, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
+
+
+@checks("hidden-non-finite-never-reaches-output")
+@pytest.mark.parametrize("keyword", [pytest.param(mod, marks=pytest.mark.requires(mod))
+                                     for mod in ("window_size", "bias")])
+@given(data=st.data())
+def test_non_finite_keys_outside_the_window_or_under_a_hidden_bias_never_reach_rows(variant, keyword, data):
+    """Beyond the seeds: keys a sliding window or a -inf bias entry hides hold NaN/Inf (a -inf bias added to a
+    NaN score is NaN; a weight of 0 times a NaN value is NaN)."""
+    base = problems_for(variant, min_n=2, max_n=40)
+    problem = data.draw(with_score_mod(base, keyword), label="problem")
+    allowed = Trial(variant, problem).oracle()[0].allowed
+    assume(allowed is not None)  # a window wider than the sequence, a bias without -inf: nothing is hidden
+    hidden_somewhere = np.flatnonzero(~np.broadcast_to(allowed, problem.q.shape[:3] + (problem.n_k,))
+                                      .all(axis=(0, 1, 2)))
     assume(hidden_somewhere.size)
     keys = sorted(set(data.draw(st.lists(st.sampled_from(hidden_somewhere.tolist()), min_size=1, max_size=4),
                                 label="poisoned keys")))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.regime_cases import cases, skip_unless_fits
-from harness.api.trial import Trial, check_against_oracle, check_lse_against_oracle, problems_for
+from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
 from properties.test_gradients import check_gradients
 from properties.test_regimes import _default_block_sizes
 from protocol.registry import SCORE_MODS, Variant
@@ -46,12 +46,14 @@ def modified_problem(variant: Variant, keyword: str, data: st.DataObject) -> Pro
 
 
 def check_modified(variant: Variant, problem: Problem, **extra) -> None:
-    """The output, and the log-sum-exp where the record returns one, against the oracle's (the LSE is where a sink
-    counts even when the output is right); `extra`: keywords the calls add (block sizes)."""
+    """The output against the oracle's, and the log-sum-exp with it (one return_lse=True call) where the record
+    returns one: the LSE is where a sink counts even when the output is right; `extra`: keywords the call adds
+    (block sizes)."""
     __tracebackhide__ = True
-    check_against_oracle(variant, problem, **extra)
     if variant.capabilities.lse:
-        check_lse_against_oracle(variant, problem, **extra)
+        check_out_and_lse_against_oracle(variant, problem, **extra)
+    else:
+        check_against_oracle(variant, problem, **extra)
 
 
 @checks("sliding-window-attends-its-band")

@@ -403,7 +403,7 @@ def _cap(scores, softcap):
 
 def _modified(q, k, v, scale=None, causal=False, mask=None, *, bias=None, window_size=None, softcap=0.0,
               alibi_slopes=None, sinks=None, return_lse=False, offset=0, window_offset=None, alibi_offset=None,
-              sink_value=None, lse_sink=True, scores_of=None, band_of=_band, slopes_of=_slopes):
+              sink_value=None, lse_sink=True, scores_of=None, band_of=_band, slopes_of=_slopes, hide_by_bias=True):
     """The correct formula with the modifications, and the hooks the mistakes below change."""
     heads, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
     k, v = _expand(k, heads), _expand(v, heads)
@@ -422,7 +422,8 @@ def _modified(q, k, v, scale=None, causal=False, mask=None, *, bias=None, window
     allowed = np.broadcast_to(band_of(n_q, n_k, window_size, causal, window_at), scores.shape)
     if mask is not None:
         allowed = allowed & mask
-    allowed = allowed & ~np.isneginf(scores)
+    hidden = np.isneginf(scores) if bias is None or not hide_by_bias else np.isneginf(scores) | np.isneginf(bias)
+    allowed = allowed & ~hidden  # a -inf bias hides its key even where the score is NaN (NaN + -inf is NaN)
     scores = np.where(allowed, scores, -np.inf)
     sink = None if sinks is None else np.broadcast_to(np.asarray(sinks, np.float64)[None, :, None, None],
                                                       scores.shape[:3] + (1,))
@@ -541,6 +542,11 @@ def bias_broadcast_strides_ignored(q, k, v, *, scale=None, causal=False, mask=No
         flat = np.asarray(bias).reshape(-1)
         bias = flat[np.arange(math.prod(shape)) % flat.size].reshape(shape)
     return _modified(q, k, v, scale, causal, mask, bias=bias)
+
+
+def minus_inf_bias_added_to_nan(q, k, v, *, scale=None, causal=False, mask=None, bias=None):
+    """A -inf bias entry added to the score, not hiding its key: a NaN key stays NaN and reaches the row."""
+    return _modified(q, k, v, scale, causal, mask, bias=bias, hide_by_bias=False)
 
 
 def bias_scaled_with_scores(q, k, v, *, scale=None, causal=False, mask=None, bias=None):

@@ -315,17 +315,19 @@ def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool
     trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))
 
 
-def check_lse_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
-    """The log-sum-exp of the return_lse=True call against the oracle's (a record with capability lse): equal where
-    the oracle's is infinite (a row that sees no key: -inf, or its sink), within specs.tolerance.lse_allowance
-    elsewhere; `extra`: keywords the call adds (block sizes)."""
+def check_out_and_lse_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
+    """One return_lse=True call (a record with capability lse): the output within the tolerance model of the
+    oracle, and the log-sum-exp equal to the oracle's where that is infinite (a row that sees no key: -inf, or its
+    sink) and within specs.tolerance.lse_allowance elsewhere; `extra`: keywords the call adds (block sizes)."""
     __tracebackhide__ = True
     trial = Trial(variant, problem)
     call_line = call_line_for({**extra, "return_lse": True}).replace("out = ", "out, lse = ", 1)
     raw = trial.call_raw(problem, return_lse=True, **extra)
     if not isinstance(raw, tuple) or len(raw) != 2:
         trial.fail("declared lse=True but return_lse=True did not return (out, lse)", call_line=call_line)
-    oracle, _ = trial.oracle()
+    oracle, allowance = trial.oracle()
+    trial.expect_close(trial.check_output(raw[0], problem, call_line=call_line), oracle.out, allowance,
+                       call_line=call_line)
     lse = as_numpy(raw[1])
     if lse is None or lse.shape != oracle.lse.shape:
         trial.fail(f"return_lse=True returned lse of shape {getattr(raw[1], 'shape', None)}, expected "

@@ -56,7 +56,8 @@ def _modified_block(scores: np.ndarray, mods: ScoreMods, rows: range, cols: rang
     if mods.alibi_slopes is not None:
         scores = scores - mods.alibi_slopes.astype(dtype)[:, :, None, None] * np.abs(past).astype(dtype)
     if mods.bias is not None:
-        scores = scores + mods.bias[:, :, rows.start:rows.stop, cols.start:cols.stop].astype(dtype)
+        bias = mods.bias[:, :, rows.start:rows.stop, cols.start:cols.stop].astype(dtype)
+        scores = np.where(np.isneginf(bias), bias, scores + bias)  # -inf hides the key even from a NaN score
     window = causal_window(mods.window, causal)
     if window is not None:
         scores = np.where(window_visible(past, window), scores, -np.inf)

@@ -69,6 +69,7 @@ class _Plan:
         self.softcap = checked.softcap
         self.bias_input = mods.get("bias")  # as given: its gradient has its shape
         self.bias = None if self.bias_input is None else _as_rank4(self.bias_input.detach())
+        self.bias_hides = self.bias is not None and bool(torch.isneginf(self.bias).any())
         self.slopes = None if mods.get("alibi_slopes") is None else torch.as_tensor(
             mods["alibi_slopes"]).expand(self.batch, self.heads)
         self.sinks = None if mods.get("sinks") is None else mods["sinks"].detach()
@@ -116,7 +117,10 @@ class _Plan:
             slopes = self.slopes.to(scores.dtype) * LOG2_E
             self.per_head(scores).sub_(slopes[:, :, None, None] * distance)
         if self.bias is not None:
-            self.per_head(scores).add_(self.block_of(self.bias, rows, cols).to(scores.dtype) * LOG2_E)
+            bias = self.block_of(self.bias, rows, cols)
+            self.per_head(scores).add_(bias.to(scores.dtype) * LOG2_E)
+            if self.bias_hides:  # -inf hides the key even from a NaN score (NaN + -inf is NaN)
+                self.per_head(scores).masked_fill_(bias == -math.inf, -math.inf)
         if self.window is not None and not self.inside_window(rows, cols):
             shift = cols.start - (rows.start + self.offset)
             scores.masked_fill_(_outside_window(rows.stop - rows.start, cols.stop - cols.start, shift, self.window),
@@ -137,13 +141,25 @@ class _Plan:
         everything = slice(None)
         return x[..., rows if x.shape[-2] > 1 else everything, cols if x.shape[-1] > 1 else everything]
 
-    def visible_values(self, values: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
-        """The block's values (batch * heads, cols, d_v), zero where the mask hides a key from every row of
-        the block: P V multiplies them by a weight 0, and 0 * NaN would carry a hidden NaN into the output."""
-        if self.mask is None:
-            return values
-        seen = self.block_of(self.mask, rows, cols).any(dim=-2).expand(self.batch, self.heads, cols.stop - cols.start)
-        return torch.where(seen.reshape(-1, cols.stop - cols.start, 1), values, 0.0)
+    def keys_seen(self, scores: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor | None:
+        """(batch * heads, cols): whether some row of the block sees each key, read off its modified scores (-inf
+        where hidden) where the window or a -inf bias may hide one; None where only the mask can (the dense path
+        pays nothing)."""
+        if self.bias_hides or (self.window is not None and not self.inside_window(rows, cols)):
+            return (scores != -math.inf).any(dim=-2)
+        return None
+
+    def visible_values(self, values: torch.Tensor, rows: slice, cols: slice,
+                       seen: torch.Tensor | None = None) -> torch.Tensor:
+        """The block's values (batch * heads, cols, d_v), zero where the mask (or, through `seen`, keys_seen's,
+        the window or a -inf bias) hides a key from every row of the block: P V multiplies them by a weight 0, and
+        0 * NaN would carry a hidden NaN into the output."""
+        if self.mask is not None:
+            by_mask = self.block_of(self.mask, rows, cols).any(dim=-2).expand(self.batch, self.heads,
+                                                                                cols.stop - cols.start)
+            by_mask = by_mask.reshape(-1, cols.stop - cols.start)
+            seen = by_mask if seen is None else seen & by_mask
+        return values if seen is None else torch.where(seen[..., None], values, 0.0)
 
     def per_head(self, x: torch.Tensor) -> torch.Tensor:
         """A (batch * heads, ...) tensor viewed as (batch, heads, ...)."""
@@ -214,6 +230,7 @@ def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
         for cols in plan.column_blocks(rows):
             VISITED_TILES["forward"] += 1
             scores = plan.modified(torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2)), rows, cols)
+            seen = plan.keys_seen(scores, rows, cols)
             new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
             shift = new_max.masked_fill(new_max == -math.inf, 0.0)  # no visible key yet: exp(-inf - 0) = 0
             weights = scores.sub_(shift).exp2_()
@@ -223,7 +240,7 @@ def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
             dropped = plan.dropout_scale(rows, cols)
             if dropped is not None:
                 weights.mul_(dropped)
-            acc.mul_(rescale).add_(torch.bmm(weights, plan.visible_values(values[:, cols], rows, cols)))
+            acc.mul_(rescale).add_(torch.bmm(weights, plan.visible_values(values[:, cols], rows, cols, seen)))
         seen = row_sum > 0
         acc.div_(torch.where(seen, row_sum, 1.0))
         lse[:, rows] = torch.where(seen, row_max * LN_2 + torch.log(row_sum), -math.inf).squeeze(-1)
@@ -258,8 +275,10 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
             VISITED_TILES["backward"] += 1
             raw = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
             scores = plan.modified(raw.clone() if plan.softcap > 0 else raw, rows, cols)
+            seen = plan.keys_seen(scores, rows, cols)
             weights = scores.sub_(lse_safe[:, rows]).exp2_()
-            d_weights = torch.bmm(d_out[:, rows], plan.visible_values(values[:, cols], rows, cols).transpose(1, 2))
+            d_weights = torch.bmm(d_out[:, rows],
+                                  plan.visible_values(values[:, cols], rows, cols, seen).transpose(1, 2))
             dropped = plan.dropout_scale(rows, cols)
             kept = weights if dropped is None else weights * dropped
             d_v[:, cols] += torch.bmm(kept.transpose(1, 2), d_out[:, rows])
