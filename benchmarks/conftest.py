@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from benchmarks import bench, suite_speed, summary
 SESSION = pytest.StashKey[bench.Session]()
 SUITE_ROWS = pytest.StashKey[list]()
 RESULT = pytest.StashKey[dict]()
+BUSY = pytest.StashKey[list]()
 HERE = Path(__file__).resolve().parent
 
 
@@ -45,6 +48,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-threads", type=int, default=None, metavar="N",
                     help="torch.set_num_threads(N) for the timings (default: torch's own, one per core); on a busy "
                          "machine fewer threads than cores avoids waits at every parallel region's barrier")
+    group.addoption("--bench-busy", type=int, default=0, metavar="N",
+                    help="start N processes that only spin, for the whole run: times on a machine another job shares "
+                         "(the results' settings and file name say how many; default 0)")
     group.addoption("--bench-results", default=str(HERE / "results"), metavar="DIR",
                     help="where bench-<date>.json/.md/.png (and suite-<date>.json/.md) go (default benchmarks/results)")
     group.addoption("--suite-cases", default=None, metavar="CASE,...",
@@ -61,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(threads)
+    config.stash[BUSY] = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                          for _ in range(config.getoption("bench_busy"))]
     config.stash[SESSION] = bench.Session(config.getoption("bench_budget"),
                                           config.getoption("bench_quadratic_max_n"))
 
@@ -69,6 +77,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "point" in metafunc.fixturenames:
         chosen = bench.points(metafunc.config.getoption("bench_n"), metafunc.config.getoption("bench_d"))
         metafunc.parametrize("point", chosen, ids=[p.id for p in chosen])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for spinner in config.stash.get(BUSY, []):
+        spinner.kill()
+        spinner.wait()
 
 
 @pytest.fixture
@@ -160,10 +174,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     memory = _memory(config, state, notes)
     settings = {"batch": bench.BATCH, "heads": bench.HEADS, "dtype": bench.DTYPE,
                 "sizes_n": list(config.getoption("bench_n")), "sizes_d": list(config.getoption("bench_d")),
-                "memory_d": bench.MEMORY_D, "budget_s": state.budget, "time": "fastest round (min)"}
+                "memory_d": bench.MEMORY_D, "budget_s": state.budget, "time": "fastest round (min)",
+                "busy_processes": config.getoption("bench_busy")}
     data = summary.summarise(state.timings, memory, settings=settings, environment=environment, profile=profile,
                              notes=notes)
     stem = f"bench-{datetime.date.today().isoformat()}"
+    if config.getoption("bench_busy"):
+        stem += f"-busy{config.getoption('bench_busy')}"
     data["files"] = [str(p) for p in summary.write(data, Path(config.getoption("bench_results")), stem)]
     config.stash[RESULT] = data
 

@@ -204,6 +204,13 @@ def loaded_note(data: dict) -> str | None:
             f"{sizes}. Read those rows with care: interference adds time, unevenly across implementations.")
 
 
+def busy_note(data: dict) -> str:
+    """What --bench-busy did: every time here was taken with that many spinning processes sharing the cores."""
+    return (f"Timed under load: {data['settings']['busy_processes']} process(es) spinning on the CPU for the whole "
+            "run (--bench-busy), as when another job shares the machine; ratios compare how each implementation "
+            "degrades.")
+
+
 def memory_table(data: dict) -> list[list[str]]:
     sizes = sorted({m["n"] for m in data["memory"]})
     fits = {(e["impl"], e["mode"]): e for e in data["exponents"]["memory"]}
@@ -273,6 +280,8 @@ def terminal_text(data: dict) -> str:
     parts += ["targets (reported, not asserted)\n" + "\n".join(target_lines(data))]
     if loaded_note(data):
         parts.append(loaded_note(data))
+    if s.get("busy_processes"):
+        parts.append(busy_note(data))
     return "\n\n".join(parts)
 
 
@@ -286,6 +295,8 @@ def markdown(data: dict, plot_name: str | None = None) -> str:
             "flash's time in the same mode over this time (above 1: faster); `x matmul peak` is this rate over "
             "the rate of the faster of attention's two bare matrix products (torch.bmm QKᵀ (8,n,d)x(8,d,n), "
             "PV (8,n,n)x(8,n,d), 2·b·h·n²·d FLOPs each) at the same size, timed in the same run.", ""]
+    if s.get("busy_processes"):
+        out += [busy_note(data), ""]
     if env:
         out += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), ""]
     out += ["## Targets (reported, not asserted)", "", *(f"- {line}" for line in target_lines(data)), ""]

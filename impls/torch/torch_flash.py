@@ -25,6 +25,7 @@ from collections import Counter
 import torch
 
 from impls.torch.checked_mods import checked_mods
+from impls.torch.thread_shares import run_in_shares
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
 from specs.score_mods import causal_window, relative_positions, visible_key_range, window_visible
 from specs.validation import CAUSAL_ALIGNMENTS, AttentionInputError, resolve_scale
@@ -32,6 +33,9 @@ from specs.validation import CAUSAL_ALIGNMENTS, AttentionInputError, resolve_sca
 LOG2_E = 1.0 / math.log(2.0)
 VISITED_TILES: Counter = Counter()  # (row block, key block) tiles scored, "forward" and "backward", across calls
 LN_2 = math.log(2.0)
+# a pass over at least this many scores (batch * heads * n_q * n_k) shares its query blocks among the torch threads
+# (impls/torch/thread_shares.py); measured side by side on 2 cores, quiet: 15-40% slower at 2^25, even at 2^27
+SHARED_FROM_SCORES = 2**27
 
 
 class _Plan:
@@ -91,6 +95,7 @@ class _Plan:
         self.block_rows = _block_size("block_rows", block_rows)
         self.block_cols = _block_size("block_cols", block_cols)
         self.compute_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        self.shared = self.batch * self.heads * self.n_q * self.n_k >= SHARED_FROM_SCORES
 
     def row_blocks(self):
         """Slices of B_r query rows."""
@@ -209,42 +214,53 @@ def _sum_groups(x: torch.Tensor, plan: _Plan) -> torch.Tensor:
 
 def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     """out (batch * heads, n_q, d_v) and LSE (batch * heads, n_q) in the compute dtype; LSE = -inf and out = 0
-    for a row with no visible key (without sinks; with them LSE is the sink's).
+    for a row with no visible key (without sinks; with them LSE is the sink's). The query blocks are shared among
+    the torch threads (impls/torch/thread_shares.py); each block is _forward_rows'."""
+    qs, keys, values = plan.flat(q) * (plan.scale * LOG2_E), plan.flat(k, kv=True), plan.flat(v, kv=True)
+    out = torch.zeros(qs.shape[:2] + (plan.d_v,), dtype=plan.compute_dtype)
+    lse = torch.full(qs.shape[:2], -math.inf, dtype=plan.compute_dtype)
+    sink = _sink_logits(plan)
+
+    def share(blocks) -> int:
+        return sum(_forward_rows(plan, qs, keys, values, sink, out, lse, rows) for rows in blocks)
+
+    VISITED_TILES["forward"] += sum(run_in_shares(share, list(plan.row_blocks()), shared=plan.shared))
+    return out, lse
+
+
+def _forward_rows(plan: _Plan, qs, keys, values, sink, out, lse, rows: slice) -> int:
+    """One query block's rows of out and LSE, written in place; returns the number of tiles it scored.
 
     The scores are kept in base 2 (q scaled by scale * log2(e)) and exponentiated with exp2, which torch
     evaluates 2.5 times faster than exp on the CPU; the LSE is converted back to base e at the end. A sink starts
     each row's running maximum and sum (the logit of a key with no value), so the softmax's denominator and the
     LSE include it and nothing else does."""
-    qs, keys, values = plan.flat(q) * (plan.scale * LOG2_E), plan.flat(k, kv=True), plan.flat(v, kv=True)
-    out = torch.zeros(qs.shape[:2] + (plan.d_v,), dtype=plan.compute_dtype)
-    lse = torch.full(qs.shape[:2], -math.inf, dtype=plan.compute_dtype)
-    sink = _sink_logits(plan)
-    for rows in plan.row_blocks():
-        acc = out[:, rows]
-        if sink is None:
-            row_max = torch.full((qs.shape[0], rows.stop - rows.start, 1), -math.inf, dtype=plan.compute_dtype)
-            row_sum = torch.zeros_like(row_max)
-        else:  # the sink as the first logit seen: a running maximum of the sink and a sum of exp2(0) = 1
-            row_max = sink.expand(-1, rows.stop - rows.start, 1).clone()
-            row_sum = torch.where(row_max == -math.inf, 0.0, 1.0).to(plan.compute_dtype)
-        for cols in plan.column_blocks(rows):
-            VISITED_TILES["forward"] += 1
-            scores = plan.modified(torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2)), rows, cols)
-            seen = plan.keys_seen(scores, rows, cols)
-            new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
-            shift = new_max.masked_fill(new_max == -math.inf, 0.0)  # no visible key yet: exp(-inf - 0) = 0
-            weights = scores.sub_(shift).exp2_()
-            rescale = torch.exp2(row_max - shift)
-            row_sum.mul_(rescale).add_(weights.sum(dim=-1, keepdim=True))
-            row_max = new_max
-            dropped = plan.dropout_scale(rows, cols)
-            if dropped is not None:
-                weights.mul_(dropped)
-            acc.mul_(rescale).add_(torch.bmm(weights, plan.visible_values(values[:, cols], rows, cols, seen)))
-        seen = row_sum > 0
-        acc.div_(torch.where(seen, row_sum, 1.0))
-        lse[:, rows] = torch.where(seen, row_max * LN_2 + torch.log(row_sum), -math.inf).squeeze(-1)
-    return out, lse
+    acc = out[:, rows]
+    if sink is None:
+        row_max = torch.full((qs.shape[0], rows.stop - rows.start, 1), -math.inf, dtype=plan.compute_dtype)
+        row_sum = torch.zeros_like(row_max)
+    else:  # the sink as the first logit seen: a running maximum of the sink and a sum of exp2(0) = 1
+        row_max = sink.expand(-1, rows.stop - rows.start, 1).clone()
+        row_sum = torch.where(row_max == -math.inf, 0.0, 1.0).to(plan.compute_dtype)
+    tiles = 0
+    for cols in plan.column_blocks(rows):
+        tiles += 1
+        scores = plan.modified(torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2)), rows, cols)
+        seen = plan.keys_seen(scores, rows, cols)
+        new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
+        shift = new_max.masked_fill(new_max == -math.inf, 0.0)  # no visible key yet: exp(-inf - 0) = 0
+        weights = scores.sub_(shift).exp2_()
+        rescale = torch.exp2(row_max - shift)
+        row_sum.mul_(rescale).add_(weights.sum(dim=-1, keepdim=True))
+        row_max = new_max
+        dropped = plan.dropout_scale(rows, cols)
+        if dropped is not None:
+            weights.mul_(dropped)
+        acc.mul_(rescale).baddbmm_(weights, plan.visible_values(values[:, cols], rows, cols, seen))
+    seen = row_sum > 0
+    acc.div_(torch.where(seen, row_sum, 1.0))
+    lse[:, rows] = torch.where(seen, row_max * LN_2 + torch.log(row_sum), -math.inf).squeeze(-1)
+    return tiles
 
 
 def _sink_logits(plan: _Plan) -> torch.Tensor | None:
@@ -268,30 +284,22 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
         row_dot = row_dot - d_lse.to(plan.compute_dtype)[..., None]
     # P = exp2(S log2(e) - LSE log2(e)); a row with no visible key has P = exp2(-inf) = 0
     lse_safe = (lse * LOG2_E).masked_fill(lse == -math.inf, math.inf)[..., None]
-    d_q, d_k, d_v = torch.zeros_like(qs), torch.zeros_like(keys), torch.zeros_like(values)
-    d_bias = None if plan.bias is None else torch.zeros(plan.bias.shape, dtype=plan.compute_dtype)
-    for rows in plan.row_blocks():
-        for cols in plan.column_blocks(rows):
-            VISITED_TILES["backward"] += 1
-            raw = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
-            scores = plan.modified(raw.clone() if plan.softcap > 0 else raw, rows, cols)
-            seen = plan.keys_seen(scores, rows, cols)
-            weights = scores.sub_(lse_safe[:, rows]).exp2_()
-            d_weights = torch.bmm(d_out[:, rows],
-                                  plan.visible_values(values[:, cols], rows, cols, seen).transpose(1, 2))
-            dropped = plan.dropout_scale(rows, cols)
-            kept = weights if dropped is None else weights * dropped
-            d_v[:, cols] += torch.bmm(kept.transpose(1, 2), d_out[:, rows])
-            if dropped is not None:
-                d_weights.mul_(dropped)
-            d_scores = weights.mul_(d_weights.sub_(row_dot[:, rows]))
-            if d_bias is not None:
-                _add_broadcast_gradient(plan.block_of(d_bias, rows, cols), plan.per_head(d_scores))
-            if plan.softcap > 0:  # raw holds S log2(e): tanh's argument is S / c
-                capped = torch.tanh(raw.div_(plan.softcap * LOG2_E))
-                d_scores.mul_(capped.mul_(capped).neg_().add_(1.0))
-            d_q[:, rows] += torch.bmm(d_scores, keys[:, cols])
-            d_k[:, cols] += torch.bmm(d_scores.transpose(1, 2), qs[:, rows])
+    d_q = torch.zeros_like(qs)  # each query block's rows are one share's: dK, dV and dBias are summed over shares
+    bias_shape = None if plan.bias is None else plan.bias.shape
+
+    def share(blocks) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
+        d_k, d_v = torch.zeros_like(keys), torch.zeros_like(values)
+        d_bias = None if bias_shape is None else torch.zeros(bias_shape, dtype=plan.compute_dtype)
+        tiles = 0
+        for rows in blocks:
+            for cols in plan.column_blocks(rows):
+                tiles += 1
+                _backward_tile(plan, qs, keys, values, d_out, row_dot, lse_safe, rows, cols, d_q, d_k, d_v, d_bias)
+        return d_k, d_v, d_bias, tiles
+
+    d_k, d_v, d_bias, tiles = (functools.reduce(_add_parts, parts) for parts in
+                               zip(*run_in_shares(share, list(plan.row_blocks()), shared=plan.shared), strict=True))
+    VISITED_TILES["backward"] += tiles
     d_k.mul_(LN_2)  # qs carries log2(e): dK = scale dS^T Q
     d_q = d_q.mul_(plan.scale).view(plan.batch, plan.heads, plan.n_q, plan.d)
     d_sinks = None
@@ -300,6 +308,34 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
         d_sinks = -plan.per_head(sink_weight * row_dot[..., 0]).sum(dim=(0, 2))
     return (d_q.to(q.dtype), _sum_groups(d_k, plan).to(k.dtype), _sum_groups(d_v, plan).to(v.dtype),
             d_bias, d_sinks)
+
+
+def _backward_tile(plan: _Plan, qs, keys, values, d_out, row_dot, lse_safe, rows: slice, cols: slice,
+                   d_q, d_k, d_v, d_bias) -> None:
+    """One tile's share of dQ, dK, dV and dBias, added in place: dS = P * (dP - D), P = exp2(S - LSE) recomputed."""
+    raw = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
+    scores = plan.modified(raw.clone() if plan.softcap > 0 else raw, rows, cols)
+    seen = plan.keys_seen(scores, rows, cols)
+    weights = scores.sub_(lse_safe[:, rows]).exp2_()
+    d_weights = torch.bmm(d_out[:, rows], plan.visible_values(values[:, cols], rows, cols, seen).transpose(1, 2))
+    dropped = plan.dropout_scale(rows, cols)
+    kept = weights if dropped is None else weights * dropped
+    d_v[:, cols].baddbmm_(kept.transpose(1, 2), d_out[:, rows])
+    if dropped is not None:
+        d_weights.mul_(dropped)
+    d_scores = weights.mul_(d_weights.sub_(row_dot[:, rows]))
+    if d_bias is not None:
+        _add_broadcast_gradient(plan.block_of(d_bias, rows, cols), plan.per_head(d_scores))
+    if plan.softcap > 0:  # raw holds S log2(e): tanh's argument is S / c
+        capped = torch.tanh(raw.div_(plan.softcap * LOG2_E))
+        d_scores.mul_(capped.mul_(capped).neg_().add_(1.0))
+    d_q[:, rows].baddbmm_(d_scores, keys[:, cols])
+    d_k[:, cols].baddbmm_(d_scores.transpose(1, 2), qs[:, rows])
+
+
+def _add_parts(total, part):
+    """Two shares' gradient (or tile count) summed, None where the call has none."""
+    return None if total is None else total + part
 
 
 def _add_broadcast_gradient(target: torch.Tensor, grad: torch.Tensor) -> None:

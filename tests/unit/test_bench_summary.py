@@ -168,3 +168,11 @@ def test_rows_timed_under_load_are_flagged():
     assert "n=256 d=64" in summary.markdown(data) and "| 3.5 |" in summary.markdown(data)
     timings[0]["load_1min"] = 1.5
     assert summary.loaded_note(summary.summarise(timings, memory, settings=SETTINGS, environment={"cpus": 2})) is None
+
+
+def test_a_run_with_spinning_processes_says_so_in_every_output():
+    timings, memory = synthetic()
+    busy = summary.summarise(timings, memory, settings={**SETTINGS, "busy_processes": 1})
+    quiet = summary.summarise(timings, memory, settings=SETTINGS)
+    for render in (summary.terminal_text, summary.markdown):
+        assert "1 process(es) spinning" in render(busy) and "spinning" not in render(quiet)
