@@ -59,8 +59,12 @@ def test_an_error_in_a_share_is_raised_in_the_caller(two_threads):
         run_in_shares(fails_on_three, list(range(4)))
 
 
-@pytest.mark.parametrize("kwargs", [dict(causal=True), dict(window_size=(7, 3), softcap=2.0,
-                                                              bias=torch.linspace(-1, 1, 45).reshape(1, 1, 1, 45))])
+@pytest.mark.parametrize("kwargs", [
+    dict(causal=True),
+    dict(window_size=(7, 3), softcap=2.0, bias=torch.linspace(-1, 1, 45, dtype=torch.float64).reshape(1, 1, 1, 45)),
+    dict(dropout_p=0.3, dropout_seed=3, alibi_slopes=torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64),
+         sinks=torch.tensor([0.0, 1.0, -2.0], dtype=torch.float64), causal=True, causal_alignment="bottom_right"),
+])
 def test_the_tiled_pass_in_two_shares_equals_it_in_one(two_threads, kwargs, monkeypatch):
     """Forward bit for bit (a query block is computed alike in either); the gradients to float64 rounding (dK, dV
     and dBias are summed over the shares in another order)."""
