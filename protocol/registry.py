@@ -9,7 +9,9 @@ declares the claims it is known to break, each scoped to how it fails
 use the `attention_impl` decorator, which only sets those same attributes, so
 one mechanism reads built-in and outside implementations alike; a record's
 known defects are the rows of its name in impls/expectations.toml (protocol.expectations);
-the list of built-in records is impls.records.
+the list of built-in records is impls.records. Besides the dense face, an implementation may offer the varlen and
+kv-cache faces (protocol.faces, the capability `faces`); the dense problems reach the first of them through
+protocol.dense_adapters.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protocol.dense_adapters import dense_through
 from protocol.expectations import rows_for
+from protocol.faces import FaceError, check_faces, face_features, face_functions
 from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
@@ -74,6 +78,21 @@ class Capabilities:
     sinks: bool = False  # a per-head logit in each row's softmax denominator
     # the score-modification arrays autograd reaches (tensors="torch"): their gradients dBias, dSinks are checked
     differentiable_mods: tuple[str, ...] = ()
+    # the faces it offers (protocol.faces); the first is the function's own, and the dense properties reach it
+    faces: tuple[str, ...] = ("dense",)
+    seqused_k: bool = False  # varlen: keys past seqused_k[i] are not read
+    cache_batch_idx: bool = False  # kvcache: sequence b uses cache row cache_batch_idx[b]
+    cache_leftpad: bool = False  # kvcache: a sequence's keys start at cache_leftpad[b]
+    block_table: bool = False  # kvcache: a paged cache, pages found through block_table
+    num_splits: bool = False  # kvcache: keys cut into num_splits splits merged through their log-sum-exp
+
+    @property
+    def varlen(self) -> bool:
+        return "varlen" in self.faces
+
+    @property
+    def kvcache(self) -> bool:
+        return "kvcache" in self.faces
 
     @property
     def gradients(self) -> bool:
@@ -108,10 +127,16 @@ _FEATURE_NOTES = {
     "gradients": "neither tensors='torch' (autograd) nor fn.attention_backward",
     "cuda_checkers": "not a CUDA kernel executed on the CPU (no fn.cuda_run for the memory, race and barrier checkers)",
     **{mod: f"no `{mod}` keyword named in the signature" for mod in SCORE_MODS},
+    "varlen": "no varlen face (capability faces)",
+    "kvcache": "no kvcache face (capability faces)",
+    **{feature: f"no `{feature}` keyword named in its face's signature"
+       for feature in ("seqused_k", "cache_batch_idx", "cache_leftpad", "block_table", "num_splits")},
 }
 FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
+_FACE_FEATURES = ("seqused_k", "cache_batch_idx", "cache_leftpad", "block_table", "num_splits")
 _DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout",
-                                                                    "dropout_seed", "backward", *SCORE_MODS}
+                                                                    "dropout_seed", "backward", *SCORE_MODS,
+                                                                    *_FACE_FEATURES}
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,11 +145,18 @@ class Impl:
 
     name: str
     target: str
-    fn: Callable = field(repr=False)
+    fn: Callable = field(repr=False)  # the dense face (through protocol.dense_adapters when not its own)
     capabilities: Capabilities
     known_defects: tuple[Row, ...]
     backend: str
     unavailable: str | None = None  # why it cannot run on this machine
+    faces: dict = field(default_factory=dict, repr=False)  # face -> its own function (protocol.faces)
+
+    def face(self, name: str) -> Callable:
+        """The function of face `name` (protocol.faces), called as that face's protocol says."""
+        if name not in self.faces:
+            raise ValueError(f"{self.name} offers the faces {tuple(self.faces)}, not {name!r}")
+        return self.faces[name]
 
     def declared_claims(self) -> set[str]:
         return {scope.claim for scope in self.known_defects}
@@ -166,7 +198,8 @@ def attention_impl(*, name: str, backend: str, probe: Callable[[], str | None] |
     return declare
 
 
-def _capabilities(fn: Callable, target: str) -> Capabilities:
+def _capabilities(fn: Callable, target: str) -> tuple[Capabilities, dict[str, Callable]]:
+    """The capabilities read from the signature and the declaration, and each face's function."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError) as exc:
@@ -199,14 +232,26 @@ def _capabilities(fn: Callable, target: str) -> Capabilities:
         raise ImplLoadError(f"{target}: differentiable_mods {list(differentiable)}: each must be one of "
                             f"{DIFFERENTIABLE_MODS} named in the signature, with tensors='torch' (autograd reaches "
                             "them)")
+    try:
+        faces = check_faces(declared.pop("faces", ("dense",)), target)
+        functions = face_functions(fn, faces, target)
+    except FaceError as exc:
+        raise ImplLoadError(str(exc)) from None
+    features = face_features(functions)
+    if "kvcache" in faces and declared.get("causal_alignment") != "bottom_right":
+        raise ImplLoadError(f"{target}: the kvcache face aligns causal bottom-right (the newest query sees every "
+                            "key): declare causal_alignment='bottom_right'")
     tiles = tuple(declared.pop("tile_keywords", ()))
-    missing = [t for t in tiles if t not in params and not takes_kwargs]
+    adapter_keywords = ("page_size",) if faces[0] == "kvcache" and features["block_table"] else ()
+    missing = [t for t in tiles if t not in params and not takes_kwargs and t not in adapter_keywords]
     if missing:
         raise ImplLoadError(f"{target}: tile_keywords {missing} are not in the signature")
-    return Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
-                        dropout=present["dropout_p"], dropout_seed=present["dropout_seed"], dtypes=dtypes,
-                        tile_keywords=tiles, backward=backward is not None,
-                        differentiable_mods=differentiable, **{mod: mod in params for mod in SCORE_MODS}, **declared)
+    capabilities = Capabilities(scale=present["scale"], causal=present["causal"], mask=present["mask"],
+                                dropout=present["dropout_p"], dropout_seed=present["dropout_seed"], dtypes=dtypes,
+                                tile_keywords=tiles, backward=backward is not None,
+                                differentiable_mods=differentiable, **{mod: mod in params for mod in SCORE_MODS},
+                                faces=faces, **features, **declared)
+    return capabilities, functions
 
 
 def _import_target(target: str) -> Callable:
@@ -243,7 +288,12 @@ def _import_target(target: str) -> Callable:
 def load_impl(target: str) -> Impl:
     """Turn 'module.path:function' or 'path/to/file.py:function' into a record."""
     fn = _import_target(target)
-    capabilities = _capabilities(fn, target)
+    capabilities, functions = _capabilities(fn, target)
+    if "dense" not in functions:
+        first = capabilities.faces[0]
+        fn = dense_through(first, functions[first], alignment=capabilities.causal_alignment,
+                           features={name: getattr(capabilities, name) for name in _FACE_FEATURES},
+                           tile_keywords=capabilities.tile_keywords)
     name = getattr(fn, "attention_name", target)
     try:
         known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
@@ -259,6 +309,7 @@ def load_impl(target: str) -> Impl:
         known_defects=known,
         backend=getattr(fn, "attention_backend", "user"),
         unavailable=probe() if probe else None,
+        faces=functions,
     )
 
 

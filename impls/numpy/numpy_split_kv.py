@@ -21,7 +21,7 @@ from specs.validation import check_mask, check_shapes, resolve_scale
 QUERY_BLOCK = 64
 
 
-def _partial(scores: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def partial_attention(scores: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One split's normalised output and log-sum-exp; a split a row cannot see gives 0 and -inf."""
     top = scores.max(axis=-1, keepdims=True)
     seen = np.isfinite(top)
@@ -80,9 +80,15 @@ def _merge_splits(q, k, v, rows, key_splits, scale, causal, mask):
             scores = np.where(keys[None, :] <= rows[:, None], scores, -np.inf)
         if mask is not None:
             scores = np.where(mask[..., keys], scores, -np.inf)
-        out, lse = _partial(scores, v[:, :, keys])
+        out, lse = partial_attention(scores, v[:, :, keys])
         outs.append(out)
         lses.append(lse)
+    return merge_partials(outs, lses)
+
+
+def merge_partials(outs: list[np.ndarray], lses: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The splits' partial outputs (..., rows, d_v) merged through their log-sum-exps (..., rows, 1): the output,
+    and the log-sum-exp (..., rows). A split a row cannot see (-inf) adds nothing."""
     # FlashAttention's combine: lse = m + log sum_b exp(lse_b - m) with m the largest lse_b (one rounding
     # of size |lse|, where a chain of pairwise logaddexp would add one per split)
     parts = np.stack(lses)

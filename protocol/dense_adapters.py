@@ -1,0 +1,282 @@
+"""Every dense property reaches a varlen or kv-cache implementation (issue 22): the dense call adapted into its face.
+
+dense -> varlen: the dense batch's sequences are packed among decoy sequences, one before each and one after the
+last (lengths drawn from the shapes, 0 and 1 among them, so a pack is never of equal lengths), with NaN rows
+after cu_seqlens[-1] and, where the implementation takes seqused_k, NaN keys past each sequence's used ones. The
+decoys' outputs are checked against the float64 oracle within the tolerance model in the same call (a decoy with
+no key must return exactly 0): an implementation right only when all lengths are equal, or that reads past a
+sequence, fails every property it meets, with FaceCheckFailed naming the decoy.
+
+dense -> kv cache: each sequence's keys and values are laid in a cache that starts at a left padding (where the
+implementation takes cache_leftpad) and ends in spare slots; the last min(n_q, n_k) keys arrive as new keys to
+append at cache_seqlens. Unused slots, padding and pages hold NaN; with cache_batch_idx, sequences map to cache
+rows in reverse order among spare rows of finite values; with block_table, pages lie shuffled in a pool of
+`page_size` slots (a tile keyword of the adapter, 16 by default) with spare NaN pages and out-of-range entries
+past each sequence's pages. After the call the cache must equal the expected append bit for bit, or
+FaceCheckFailed names the first differing slot. A cache cannot hold keys and values of different lengths or heads:
+such dense inputs are rejected here (specs.validation.check_shapes), before the call.
+
+Both work on NumPy arrays and on torch tensors (Capabilities.tensors), so autograd reaches q, k and v through the
+pack.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from specs.kv_cache import CacheLayout, appended
+from specs.tolerance import ToleranceUndefined, forward_allowance
+from specs.validation import check_shapes
+
+DECOY_LENGTHS = ((1, 0), (0, 1), (1, 1), (3, 7), (9, 2), (2, 12), (5, 5))  # (n_q, n_k) of the decoys, in turn
+NAN_TAIL = 3  # rows past cu_seqlens[-1]
+UNUSED_KEYS = 2  # keys past seqused_k, and spare slots past a cache's used ones
+DEFAULT_PAGE_SIZE = 16
+ORACLE_KEYWORDS = ("scale", "causal", "window_size", "softcap", "alibi_slopes", "sinks")
+
+
+ADAPTER_FILLS = ("cache_seqlens", "cache_batch_idx", "cache_leftpad", "block_table", "seqused_k")
+
+
+def _lse_keyword(return_lse: bool) -> dict:
+    return {"return_lse": True} if return_lse else {}
+
+
+class FaceCheckFailed(AssertionError):
+    """A dense call adapted into a face found the implementation wrong where the dense output cannot show it."""
+
+
+class _Kind:
+    """NumPy or torch: the few operations a pack needs, on the arrays' own kind."""
+
+    def __init__(self, like: object) -> None:
+        self.torch = type(like).__module__.startswith("torch")
+
+    def native(self, a: np.ndarray, like: object = None):
+        if not self.torch:
+            return a
+        from protocol.torch_convert import as_tensor
+
+        return as_tensor(np.ascontiguousarray(a))
+
+    def numpy(self, x) -> np.ndarray:
+        if not type(x).__module__.startswith("torch"):
+            return np.asarray(x)
+        from protocol.torch_convert import to_numpy
+
+        return to_numpy(x)
+
+    def cat(self, parts: list):
+        if self.torch:
+            import torch
+
+            return torch.cat(parts)
+        return np.concatenate(parts)
+
+    def stack(self, parts: list):
+        if self.torch:
+            import torch
+
+            return torch.stack(parts)
+        return np.stack(parts)
+
+
+def _oracle_kwargs(kwargs: dict, kind: _Kind) -> dict:
+    return {name: kind.numpy(value) if type(value).__module__.startswith("torch") else value
+            for name, value in kwargs.items() if name in ORACLE_KEYWORDS}
+
+
+def _filled(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _check_decoy(index: int, got: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype: np.dtype,
+                 alignment: str, kwargs: dict) -> None:
+    """One decoy's output (n_q, heads, d_v) against the oracle, within the tolerance model."""
+    if not len(q):
+        return
+    if not len(k):
+        if np.any(got != 0):
+            raise FaceCheckFailed(f"decoy sequence {index} of the pack has no key, but its output is not 0: "
+                                  f"{got.reshape(-1)[:4]}")
+        return
+    dense = (np.ascontiguousarray(x.transpose(1, 0, 2), dtype=np.float64)[None] for x in (q, k, v))
+    try:
+        oracle, allowance = forward_allowance(*dense, dtype=dtype, causal_alignment=alignment, **kwargs)
+    except ToleranceUndefined:
+        return
+    error = np.abs(got.astype(np.float64) - oracle.out[0].transpose(1, 0, 2))
+    bound = np.broadcast_to(np.asarray(allowance.bound, np.float64), oracle.out.shape)[0].transpose(1, 0, 2)
+    bad = ~(error <= bound)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise FaceCheckFailed(f"decoy sequence {index} of the pack (n_q={len(q)}, n_k={len(k)}) differs from the "
+                              f"float64 oracle beyond the tolerance at out[{at}]: {got[at]!r}, expected "
+                              f"{oracle.out[0].transpose(1, 0, 2)[at]!r}, allowed {bound[at]:.3g}")
+
+
+def through_varlen(fn: Callable, alignment: str, seqused_k: bool) -> Callable:
+    """The dense face of a varlen function (the module's docstring)."""
+
+    def dense(q, k, v, *, return_lse: bool = False, **kwargs):
+        kind = _Kind(q)
+        batch, heads, n_q, d = q.shape
+        heads_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
+        dtype = kind.numpy(q[:0]).dtype
+        rng = np.random.default_rng([batch, heads, heads_kv, n_q, n_k, d, d_v])
+        decoys = [DECOY_LENGTHS[i % len(DECOY_LENGTHS)] for i in range(batch + 1)]
+        decoy_q = [_filled(rng, (m, heads, d), dtype) for m, _ in decoys]
+        decoy_k = [_filled(rng, (m, heads_kv, d), dtype) for _, m in decoys]
+        decoy_v = [_filled(rng, (m, heads_kv, d_v), dtype) for _, m in decoys]
+        unused = UNUSED_KEYS if seqused_k else 0
+        pieces_q, pieces_k, pieces_v, lengths_q, lengths_k, used = [], [], [], [], [], []
+        for i in range(2 * batch + 1):
+            if i % 2 == 0:
+                j = i // 2
+                pieces_q.append(kind.native(decoy_q[j]))
+                pieces_k.append(kind.native(decoy_k[j]))
+                pieces_v.append(kind.native(decoy_v[j]))
+                lengths_q.append(decoys[j][0])
+                lengths_k.append(decoys[j][1])
+                used.append(decoys[j][1])
+                continue
+            b = i // 2
+            pieces_q.append(q[b].transpose(0, 1) if kind.torch else q[b].swapaxes(0, 1))
+            for pieces, x, dim in ((pieces_k, k, d), (pieces_v, v, d_v)):
+                pieces.append(x[b].transpose(0, 1) if kind.torch else x[b].swapaxes(0, 1))
+                pieces.append(kind.native(np.full((unused, heads_kv, dim), np.nan, dtype)))
+            lengths_q.append(n_q)
+            lengths_k.append(n_k + unused)
+            used.append(n_k)
+        for pieces, width, dim in ((pieces_q, heads, d), (pieces_k, heads_kv, d), (pieces_v, heads_kv, d_v)):
+            pieces.append(kind.native(np.full((NAN_TAIL, width, dim), np.nan, dtype)))
+        cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lengths_q, lengths_k))
+        packed_kwargs = dict(kwargs)
+        slopes = kwargs.get("alibi_slopes")
+        if slopes is not None and len(slopes.shape) == 2:  # one row per sequence: the decoys' are 0.25
+            rows = [kind.native(np.full((1, heads), 0.25, kind.numpy(slopes).dtype))]
+            for b in range(batch):
+                rows += [slopes[b:b + 1], rows[0]]
+            packed_kwargs["alibi_slopes"] = kind.cat(rows)
+        if seqused_k:
+            packed_kwargs["seqused_k"] = kind.native(np.asarray(used, np.int32))
+        result = fn(kind.cat(pieces_q), kind.cat(pieces_k), kind.cat(pieces_v), kind.native(cu_q),
+                    kind.native(cu_k), max(lengths_q), max(lengths_k), **_lse_keyword(return_lse), **packed_kwargs)
+        out, lse = result if return_lse else (result, None)
+        if not kwargs.get("dropout_p"):
+            checked = _oracle_kwargs(kwargs, kind)
+            for j in range(batch + 1):
+                rows = slice(int(cu_q[2 * j]), int(cu_q[2 * j + 1]))
+                decoy_kwargs = dict(checked)
+                if slopes is not None and len(slopes.shape) == 2:
+                    decoy_kwargs["alibi_slopes"] = np.full(heads, 0.25)
+                _check_decoy(2 * j, kind.numpy(out[rows]), decoy_q[j], decoy_k[j], decoy_v[j], dtype, alignment,
+                             decoy_kwargs)
+        starts = [int(cu_q[2 * b + 1]) for b in range(batch)]
+        dense_out = kind.stack([out[s:s + n_q] for s in starts])
+        dense_out = dense_out.transpose(1, 2) if kind.torch else dense_out.swapaxes(1, 2)
+        if not return_lse:
+            return dense_out
+        return dense_out, kind.stack([lse[:, s:s + n_q] for s in starts])
+
+    return dense
+
+
+def _cache_layout(batch: int, n_q: int, n_k: int, leftpad: bool, batch_idx: bool, paged: bool,
+                  page_size: int) -> tuple[CacheLayout, int, int, int]:
+    """The layout a dense problem is laid in: (layout, n_new, capacity per sequence, cache rows or pages)."""
+    n_new = min(n_q, n_k)
+    pad = np.arange(batch) % 3 if leftpad else np.zeros(batch, np.int64)
+    seqlens = pad + (n_k - n_new)
+    capacity = int(pad.max()) + n_k + UNUSED_KEYS
+    rows = np.arange(batch)
+    if not paged:
+        count = batch + 2 if batch_idx else batch
+        if batch_idx:
+            rows = count - 1 - np.arange(batch)
+        return CacheLayout(seqlens, n_new, rows, pad, None, capacity), n_new, capacity, count
+    per_sequence = -(-capacity // page_size)
+    count = batch * per_sequence + 2
+    physical = np.random.default_rng([batch, n_q, n_k, page_size]).permutation(count)[:batch * per_sequence]
+    table = np.concatenate([physical.reshape(batch, per_sequence), np.full((batch, 1), count + 1000)], axis=1)
+    return CacheLayout(seqlens, n_new, rows, pad, table, page_size), n_new, per_sequence * page_size, count
+
+
+def _first_difference(got: np.ndarray, expected: np.ndarray) -> tuple[int, ...] | None:
+    same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+    return None if same.all() else tuple(int(i) for i in np.argwhere(~same)[0])
+
+
+def through_kvcache(fn: Callable, leftpad: bool, batch_idx: bool, paged: bool) -> Callable:
+    """The dense face of a kv-cache function (the module's docstring)."""
+
+    def dense(q, k, v, *, return_lse: bool = False, page_size: int = DEFAULT_PAGE_SIZE, **kwargs):
+        kind = _Kind(q)
+        qn, kn, vn = (kind.numpy(x) for x in (q, k, v))
+        shape = check_shapes(qn, kn, vn, finite=False)  # a cache cannot hold keys and values of other lengths
+        batch, heads, n_q, d = q.shape
+        heads_kv, n_k, d_v = shape.heads_kv, shape.n_k, shape.d_v
+        layout, n_new, capacity, count = _cache_layout(batch, n_q, n_k, leftpad, batch_idx, paged, page_size)
+        slots = (count, page_size) if paged else (count, capacity)
+        caches = []
+        for x, dim in ((kn, d), (vn, d_v)):
+            cache = np.full((*slots, heads_kv, dim), np.nan, x.dtype)
+            if batch_idx and not paged:
+                spare = np.setdiff1d(np.arange(count), layout.rows)
+                cache[spare] = np.random.default_rng(count).standard_normal((len(spare), capacity, heads_kv, dim))
+            for b in range(batch):
+                filled = range(int(layout.leftpad[b]), int(layout.seqlens[b]))
+                cache[layout.where(b, filled)] = x[b, :, :n_k - n_new].swapaxes(0, 1)
+            caches.append(cache)
+        new_k, new_v = (np.ascontiguousarray(x[:, :, n_k - n_new:].swapaxes(1, 2)) for x in (kn, vn))
+        expected = [appended(cache, new, layout) for cache, new in zip(caches, (new_k, new_v), strict=True)]
+        k_cache, v_cache = (kind.native(c) for c in caches)
+        keywords = dict(kwargs, cache_seqlens=kind.native(layout.seqlens.astype(np.int32)))
+        if leftpad:
+            keywords["cache_leftpad"] = kind.native(layout.leftpad.astype(np.int32))
+        if batch_idx and not paged:
+            keywords["cache_batch_idx"] = kind.native(layout.rows.astype(np.int32))
+        if paged:
+            keywords["block_table"] = kind.native(layout.block_table.astype(np.int32))
+        q_bshd = q.transpose(1, 2) if kind.torch else q.swapaxes(1, 2)
+        result = fn(q_bshd, k_cache, v_cache, kind.native(new_k), kind.native(new_v), **_lse_keyword(return_lse),
+                    **keywords)
+        for name, cache, want in (("k_cache", k_cache, expected[0]), ("v_cache", v_cache, expected[1])):
+            at = _first_difference(kind.numpy(cache), want)
+            if at is not None:
+                raise FaceCheckFailed(f"{name}{list(at)} after the call is {kind.numpy(cache)[at]!r}, expected "
+                                      f"{want[at]!r}: the new keys belong at slots cache_seqlens.. of their "
+                                      "sequence, and nothing else may change")
+        out, lse = result if return_lse else (result, None)
+        out = out.transpose(1, 2) if kind.torch else out.swapaxes(1, 2)
+        return (out, lse) if return_lse else out
+
+    return dense
+
+
+def dense_signature(fn: Callable, face: str, tile_keywords: tuple[str, ...]) -> inspect.Signature:
+    """The adapted function's signature: q, k, v, then the face function's keyword-only parameters but those the
+    adapter fills (page_size, the adapter's own, where the face is paged)."""
+    positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("q", "k", "v")]
+    keywords = [p for name, p in inspect.signature(fn).parameters.items()
+                if p.kind == p.KEYWORD_ONLY and name not in ADAPTER_FILLS]
+    if face == "kvcache" and "page_size" in tile_keywords:
+        keywords.append(inspect.Parameter("page_size", inspect.Parameter.KEYWORD_ONLY, default=DEFAULT_PAGE_SIZE))
+    return inspect.Signature(positional + keywords)
+
+
+def dense_through(face: str, fn: Callable, *, alignment: str, features: dict[str, bool],
+                  tile_keywords: tuple[str, ...]) -> Callable:
+    """fn's dense face, through the adapter of `face`, with a dense signature."""
+    if face == "varlen":
+        adapted = through_varlen(fn, alignment, features["seqused_k"])
+    else:
+        adapted = through_kvcache(fn, features["cache_leftpad"], features["cache_batch_idx"],
+                                  features["block_table"])
+    adapted.__signature__ = dense_signature(fn, face, tile_keywords)
+    adapted.__doc__ = f"{fn.__qualname__}'s {face} face, called with dense problems (protocol.dense_adapters)."
+    adapted.__wrapped_face__ = fn
+    return adapted
