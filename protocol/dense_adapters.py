@@ -27,13 +27,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specs.kv_cache import CacheLayout, appended
+from specs.kv_cache import UNUSED_SLOTS, build_cache
 from specs.tolerance import ToleranceUndefined, forward_allowance
 from specs.validation import check_shapes
 
 DECOY_LENGTHS = ((1, 0), (0, 1), (1, 1), (3, 7), (9, 2), (2, 12), (5, 5))  # (n_q, n_k) of the decoys, in turn
 NAN_TAIL = 3  # rows past cu_seqlens[-1]
-UNUSED_KEYS = 2  # keys past seqused_k, and spare slots past a cache's used ones
+UNUSED_KEYS = 2  # keys past seqused_k
 DEFAULT_PAGE_SIZE = 16
 ORACLE_KEYWORDS = ("scale", "causal", "window_size", "softcap", "alibi_slopes", "sinks")
 
@@ -185,26 +185,6 @@ def through_varlen(fn: Callable, alignment: str, seqused_k: bool) -> Callable:
     return dense
 
 
-def _cache_layout(batch: int, n_q: int, n_k: int, leftpad: bool, batch_idx: bool, paged: bool,
-                  page_size: int) -> tuple[CacheLayout, int, int, int]:
-    """The layout a dense problem is laid in: (layout, n_new, capacity per sequence, cache rows or pages)."""
-    n_new = min(n_q, n_k)
-    pad = np.arange(batch) % 3 if leftpad else np.zeros(batch, np.int64)
-    seqlens = pad + (n_k - n_new)
-    capacity = int(pad.max()) + n_k + UNUSED_KEYS
-    rows = np.arange(batch)
-    if not paged:
-        count = batch + 2 if batch_idx else batch
-        if batch_idx:
-            rows = count - 1 - np.arange(batch)
-        return CacheLayout(seqlens, n_new, rows, pad, None, capacity), n_new, capacity, count
-    per_sequence = -(-capacity // page_size)
-    count = batch * per_sequence + 2
-    physical = np.random.default_rng([batch, n_q, n_k, page_size]).permutation(count)[:batch * per_sequence]
-    table = np.concatenate([physical.reshape(batch, per_sequence), np.full((batch, 1), count + 1000)], axis=1)
-    return CacheLayout(seqlens, n_new, rows, pad, table, page_size), n_new, per_sequence * page_size, count
-
-
 def _first_difference(got: np.ndarray, expected: np.ndarray) -> tuple[int, ...] | None:
     same = (got == expected) | (np.isnan(got) & np.isnan(expected))
     return None if same.all() else tuple(int(i) for i in np.argwhere(~same)[0])
@@ -217,33 +197,15 @@ def through_kvcache(fn: Callable, leftpad: bool, batch_idx: bool, paged: bool) -
         kind = _Kind(q)
         qn, kn, vn = (kind.numpy(x) for x in (q, k, v))
         shape = check_shapes(qn, kn, vn, finite=False)  # a cache cannot hold keys and values of other lengths
-        batch, heads, n_q, d = q.shape
-        heads_kv, n_k, d_v = shape.heads_kv, shape.n_k, shape.d_v
-        layout, n_new, capacity, count = _cache_layout(batch, n_q, n_k, leftpad, batch_idx, paged, page_size)
-        slots = (count, page_size) if paged else (count, capacity)
-        caches = []
-        for x, dim in ((kn, d), (vn, d_v)):
-            cache = np.full((*slots, heads_kv, dim), np.nan, x.dtype)
-            if batch_idx and not paged:
-                spare = np.setdiff1d(np.arange(count), layout.rows)
-                cache[spare] = np.random.default_rng(count).standard_normal((len(spare), capacity, heads_kv, dim))
-            for b in range(batch):
-                filled = range(int(layout.leftpad[b]), int(layout.seqlens[b]))
-                cache[layout.where(b, filled)] = x[b, :, :n_k - n_new].swapaxes(0, 1)
-            caches.append(cache)
-        new_k, new_v = (np.ascontiguousarray(x[:, :, n_k - n_new:].swapaxes(1, 2)) for x in (kn, vn))
-        expected = [appended(cache, new, layout) for cache, new in zip(caches, (new_k, new_v), strict=True)]
-        k_cache, v_cache = (kind.native(c) for c in caches)
-        keywords = dict(kwargs, cache_seqlens=kind.native(layout.seqlens.astype(np.int32)))
-        if leftpad:
-            keywords["cache_leftpad"] = kind.native(layout.leftpad.astype(np.int32))
-        if batch_idx and not paged:
-            keywords["cache_batch_idx"] = kind.native(layout.rows.astype(np.int32))
-        if paged:
-            keywords["block_table"] = kind.native(layout.block_table.astype(np.int32))
-        q_bshd = q.transpose(1, 2) if kind.torch else q.swapaxes(1, 2)
-        result = fn(q_bshd, k_cache, v_cache, kind.native(new_k), kind.native(new_v), **_lse_keyword(return_lse),
-                    **keywords)
+        built = build_cache(qn, kn, vn, lengths_k=[shape.n_k] * shape.batch, n_new=min(shape.n_q, shape.n_k),
+                            leftpad=[b % 3 for b in range(shape.batch)] if leftpad else None,
+                            spare_rows=UNUSED_SLOTS if batch_idx and not paged else None,
+                            page_size=page_size if paged else None, seed=shape.n_k)
+        expected = built.expected_caches()
+        k_cache, v_cache = (kind.native(c) for c in (built.k_cache, built.v_cache))
+        keywords = {name: kind.native(value) for name, value in built.keywords.items()}
+        result = fn(kind.native(built.q), k_cache, v_cache, kind.native(built.k), kind.native(built.v),
+                    **_lse_keyword(return_lse), **keywords, **kwargs)
         for name, cache, want in (("k_cache", k_cache, expected[0]), ("v_cache", v_cache, expected[1])):
             at = _first_difference(kind.numpy(cache), want)
             if at is not None:

@@ -170,3 +170,78 @@ def kv_cache_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, 
         out[b] = result.out[0].transpose(1, 0, 2)
         lse[b] = result.lse[0]
     return out, lse
+
+
+UNUSED_SLOTS = 2  # spare slots past every sequence's last key, and spare pages in a pool
+OUT_OF_RANGE_PAGE = 1000  # past the pool: block_table entries past a sequence's pages hold the pool's size + this
+
+
+@dataclass(frozen=True)
+class CacheInputs:
+    """A kv-cache call built from dense arrays (build_cache): its arrays, its keywords and where things lie."""
+
+    q: np.ndarray  # (batch, n_q, heads, d)
+    k_cache: np.ndarray
+    v_cache: np.ndarray
+    k: np.ndarray | None  # (batch, n_new, heads_kv, d), None when there are no new keys
+    v: np.ndarray | None
+    keywords: dict
+    layout: CacheLayout
+
+    @property
+    def arrays(self) -> tuple[np.ndarray | None, ...]:
+        return self.q, self.k_cache, self.v_cache, self.k, self.v
+
+    def expected_caches(self) -> tuple[np.ndarray, np.ndarray]:
+        """The caches as the call must leave them: the new keys and values appended, nothing else changed."""
+        return appended(self.k_cache, self.k, self.layout), appended(self.v_cache, self.v, self.layout)
+
+
+def build_cache(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, lengths_k: list[int], n_new: int,
+                leftpad: list[int] | None = None, spare_rows: int | None = None, page_size: int | None = None,
+                seed: int = 0) -> CacheInputs:
+    """Sequence b of dense batch entry b: its first lengths_k[b] keys and values, the last n_new of them as the new
+    keys to append, the others already in the cache from slot leftpad[b] on. Every slot outside them holds NaN, and
+    UNUSED_SLOTS spare slots follow the longest. spare_rows (cache_batch_idx): the sequences use cache rows in
+    reverse order among that many spare rows of finite values. page_size (block_table): the slots lie in pages of
+    that size, shuffled in a pool with UNUSED_SLOTS spare pages, and one more block_table column past each
+    sequence's pages holds an index outside the pool."""
+    batch = q.shape[0]
+    pad = np.asarray(leftpad if leftpad is not None else [0] * batch, np.int64)
+    lengths = np.asarray(lengths_k, np.int64)
+    seqlens = pad + lengths - n_new
+    capacity = int((pad + lengths).max()) + UNUSED_SLOTS
+    rng = np.random.default_rng(seed)
+    rows = np.arange(batch)
+    table = None
+    if page_size is not None:
+        per_sequence = -(-capacity // page_size)
+        count = batch * per_sequence + UNUSED_SLOTS
+        table = rng.permutation(count)[:batch * per_sequence].reshape(batch, per_sequence)
+        table = np.concatenate([table, np.full((batch, 1), count + OUT_OF_RANGE_PAGE)], axis=1)
+        slots = (count, page_size)
+    else:
+        count = batch + (spare_rows or 0)
+        if spare_rows is not None:
+            rows = count - 1 - np.arange(batch)
+        slots = (count, capacity)
+    layout = CacheLayout(seqlens, n_new, rows, pad, table, page_size or capacity)
+    caches = []
+    for x in (k, v):
+        cache = np.full((*slots, x.shape[1], x.shape[3]), np.nan, x.dtype)
+        if spare_rows and page_size is None:
+            spare = np.setdiff1d(np.arange(count), rows)
+            cache[spare] = rng.standard_normal((len(spare), capacity, x.shape[1], x.shape[3]))
+        for b in range(batch):
+            cache[layout.where(b, range(int(pad[b]), int(seqlens[b])))] = x[b, :, :lengths[b] - n_new].swapaxes(0, 1)
+        caches.append(cache)
+    new = [np.ascontiguousarray(np.stack([x[b, :, lengths[b] - n_new:lengths[b]].swapaxes(0, 1)
+                                          for b in range(batch)])) if n_new else None for x in (k, v)]
+    keywords = {"cache_seqlens": seqlens.astype(np.int32)}
+    if leftpad is not None:
+        keywords["cache_leftpad"] = pad.astype(np.int32)
+    if spare_rows is not None and page_size is None:
+        keywords["cache_batch_idx"] = rows.astype(np.int32)
+    if table is not None:
+        keywords["block_table"] = table.astype(np.int32)
+    return CacheInputs(np.ascontiguousarray(q.swapaxes(1, 2)), caches[0], caches[1], new[0], new[1], keywords, layout)

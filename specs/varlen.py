@@ -135,3 +135,46 @@ def varlen_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, packing: Packi
         out[rows] = result.out[0].transpose(1, 0, 2)
         lse[:, rows] = result.lse[0]
     return out, lse
+
+
+@dataclass(frozen=True)
+class PackedInputs:
+    """A pack built from dense arrays (pack_sequences): the varlen face's positional arrays and keywords."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    cu_seqlens_q: np.ndarray
+    cu_seqlens_k: np.ndarray
+    max_seqlen_q: int
+    max_seqlen_k: int
+    seqused_k: np.ndarray | None
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return self.q, self.k, self.v, self.cu_seqlens_q, self.cu_seqlens_k
+
+    @property
+    def keywords(self) -> dict:
+        used = {} if self.seqused_k is None else {"seqused_k": self.seqused_k}
+        return {"max_seqlen_q": self.max_seqlen_q, "max_seqlen_k": self.max_seqlen_k, **used}
+
+    def packing(self) -> Packing:
+        return check_packing(len(self.q), len(self.k), *self.arrays[3:], self.max_seqlen_q, self.max_seqlen_k,
+                             self.seqused_k)
+
+
+def pack_sequences(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths_q: list[int], lengths_k: list[int], *,
+                   unused_k: int = 0, tail: int = 0) -> PackedInputs:
+    """Sequence b of the pack: the first lengths_q[b] queries and lengths_k[b] keys of dense batch entry b, then
+    `unused_k` NaN keys past seqused_k (when unused_k > 0); `tail` NaN rows follow cu_seqlens[-1]."""
+    def packed(x: np.ndarray, lengths: list[int], extra: int) -> np.ndarray:
+        nan = np.full((extra, x.shape[1], x.shape[3]), np.nan, x.dtype)
+        rows = [part for b, n in enumerate(lengths) for part in (x[b, :, :n].swapaxes(0, 1), nan)]
+        return np.concatenate([*rows, np.full((tail, x.shape[1], x.shape[3]), np.nan, x.dtype)])
+
+    counts_k = [n + unused_k for n in lengths_k]
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n, dtype=np.int64)]).astype(np.int32) for n in (lengths_q, counts_k))
+    return PackedInputs(packed(q, lengths_q, 0), packed(k, lengths_k, unused_k), packed(v, lengths_k, unused_k),
+                        cu_q, cu_k, max(lengths_q), max(counts_k),
+                        np.asarray(lengths_k, np.int32) if unused_k else None)

@@ -1,8 +1,9 @@
 """The defect zoo: deliberately wrong implementations (zoo/wrong.py, one mistake each on a correct formula;
-zoo/declared.py, six whose one bug breaks many claims), each known by its rows of impls/expectations.toml
-(`[[fixture]]`, subject = its --impl target): the claims it must break, the symptom of each, why, and the public
-thread where the bug class was reported. The table is the zoo's list: a defect is a subject of those rows, and
-tests/suite_run/test_zoo.py requires every wrong implementation of zoo/ to have rows.
+zoo/wrong_faces.py, the same for the varlen and kv-cache faces; zoo/declared.py, six whose one bug breaks many
+claims), each known by its rows of impls/expectations.toml (`[[fixture]]`, subject = its --impl target): the claims
+it must break, the symptom of each, why, and the public thread where the bug class was reported. The table is the
+zoo's list: a defect is a subject of those rows, and tests/suite_run/test_zoo.py requires every wrong
+implementation of zoo/ to have rows.
 
 `tox -e zoo` (python -m zoo.run) runs each against the properties of its rows' claims under the `ci` profile and
 prints what the suite caught; tests/suite_run/test_zoo.py requires every row met exactly.
@@ -17,7 +18,7 @@ import impls  # noqa: F401  (registers impls/expectations.toml, the table the zo
 from protocol.expectations import load_table
 from protocol.known_defects import Row
 
-MODULES = ("zoo/wrong.py", "zoo/declared.py")  # where the zoo's wrong implementations live
+MODULES = ("zoo/wrong.py", "zoo/wrong_faces.py", "zoo/declared.py")  # where the zoo's wrong implementations live
 
 
 @dataclass(frozen=True)

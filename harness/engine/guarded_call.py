@@ -71,8 +71,10 @@ def as_float64(value: object) -> np.ndarray:
     return np.asarray(value if array is None else array, dtype=np.float64)
 
 
-# the keywords whose arrays cross as tensors with q, k, v; any other (a 0-d array scale) is handed as it is
-TENSOR_KEYWORDS = ("mask", "bias", "alibi_slopes", "sinks")
+# the keywords whose arrays cross as tensors with q, k, v (those of the varlen and kv-cache faces among them,
+# protocol.faces); any other (a 0-d array scale) is handed as it is
+TENSOR_KEYWORDS = ("mask", "bias", "alibi_slopes", "sinks", "seqused_k", "cache_seqlens", "cache_batch_idx",
+                   "cache_leftpad", "block_table")
 
 
 def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> tuple[tuple, dict]:

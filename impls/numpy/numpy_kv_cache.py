@@ -62,7 +62,8 @@ def _sequence(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, layout: C
 
 
 def kv_cache_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, k: np.ndarray | None = None,
-                       v: np.ndarray | None = None, *, cache_seqlens: np.ndarray, cache_batch_idx: np.ndarray | None = None,
+                       v: np.ndarray | None = None, *, cache_seqlens: np.ndarray,
+                       cache_batch_idx: np.ndarray | None = None,
                        cache_leftpad: np.ndarray | None = None, block_table: np.ndarray | None = None,
                        scale: float | None = None, causal: bool = False, num_splits: int = 1,
                        return_lse: bool = False):

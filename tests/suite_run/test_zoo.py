@@ -5,7 +5,7 @@ every property that applies to it.
 
 The six of zoo/declared.py break many claims each; tests/suite_run/test_defects_caught.py already runs them through
 every property and requires each to meet exactly its rows, so the zoo's runs here are the one-mistake defects of
-zoo/wrong.py (`tox -e zoo` runs all 41)."""
+zoo/wrong.py and zoo/wrong_faces.py (`tox -e zoo` runs them all)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 
 from specs.catalogue import load_claims
 from tests.fixtures.runs import run_suite
-from zoo import correct
+from zoo import correct, correct_faces
 from zoo.defects import DEFECTS
 from zoo.run import run_zoo, table
 
-ONE_MISTAKE = tuple(d for d in DEFECTS if d.target.startswith("zoo/wrong.py:"))
+ONE_MISTAKE = tuple(d for d in DEFECTS if d.target.startswith(("zoo/wrong.py:", "zoo/wrong_faces.py:")))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,8 @@ def test_the_table_ends_with_the_count(zoo_results):
 
 
 def test_correct_zoo_has_no_false_alarm(tmp_path):
-    targets = [arg for name in correct.CORRECT for arg in ("--impl", f"zoo/correct.py:{name}")]
+    targets = [arg for module, names in (("correct", correct.CORRECT), ("correct_faces", correct_faces.CORRECT_FACES))
+               for name in names for arg in ("--impl", f"zoo/{module}.py:{name}")]
     # in process (--isolate no), as the built-in records run: isolation keeps one implementation's crash from
     # hiding another's verdicts, and here any crash or failure fails this test anyway (tests/suite_run/
     # test_isolation.py checks the isolated calls); side by side on 2 cores, 445 s against 508 s isolated, with the

@@ -1,0 +1,46 @@
+"""Calls of an implementation's varlen and kv-cache faces (protocol.faces) from a property, under CONTRACT 1's
+failure rules: a raise, an overrun or a wrong output fails the trial's property with a repro script that rebuilds
+the face's inputs. Face calls run in the property's process (the dense calls of an isolated implementation run in
+its worker, harness.engine.isolation)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.api.evidence import PropertyViolation
+from harness.api.trial import Trial
+from harness.engine.guarded_call import CallFailed, call_in_process, checked_array
+from specs.problems import Problem
+
+
+def call_face(trial: Trial, face: str, arrays: tuple[np.ndarray, ...], keywords: dict, problem: Problem,
+              script: str) -> object:
+    """impl.face(face)(*arrays, **keywords) as the implementation takes its tensors; a failure fails the trial."""
+    __tracebackhide__ = True
+    impl = trial.variant.impl
+    try:
+        return call_in_process(impl.face(face), arrays, keywords, impl.capabilities.tensors)
+    except CallFailed as failure:
+        trial.fail(failure.summary, problem, script=script)
+
+
+def face_output(trial: Trial, raw: object, shape: tuple[int, ...], problem: Problem, script: str) -> np.ndarray:
+    """A face's output as float64 NumPy after checking its type, shape and dtype."""
+    __tracebackhide__ = True
+    try:
+        return checked_array(raw, shape=shape, dtype=trial.dtype).astype(np.float64)
+    except CallFailed as failure:
+        trial.fail(failure.summary, problem, script=script)
+
+
+def expect_face_raised(trial: Trial, face: str, arrays: tuple[np.ndarray, ...], keywords: dict, problem: Problem,
+                       script: str, accepted: str) -> str:
+    """The summary of the error the face raises; a failure saying it accepted `accepted` if it returns."""
+    __tracebackhide__ = True
+    try:
+        call_face(trial, face, arrays, keywords, problem, script)
+    except PropertyViolation as violation:
+        if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
+            raise
+        return violation.__context__.summary
+    trial.fail(f"accepted {accepted} instead of raising", problem, script=script)

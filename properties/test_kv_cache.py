@@ -1,0 +1,137 @@
+"""KV caches beyond the seeds (issue 22, specs.kv_cache): a decode step appends to a cache, then attends over it.
+
+Every dense property already reaches a kv-cache implementation through the adapter (protocol.dense_adapters);
+these check the face itself: sequences of unequal cached lengths (0 included) with left padding, cache rows picked
+by cache_batch_idx, paged caches of 1, 16 and 256 slots a page in shuffled order, NaN in every slot and page no
+sequence uses, every num_splits from 1 to 16, and block tables outside the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.api.face_calls import call_face, expect_face_raised, face_output
+from harness.api.markers import checks
+from harness.api.trial import Trial
+from properties.face_checks import check_sequence, source_problems
+from specs.kv_cache import CacheInputs, build_cache
+from specs.problems import Problem, build
+from specs.varlen import to_dense
+
+PAGE_SIZES = (1, 16, 256)
+
+
+@st.composite
+def cache_plans(draw, variant, problem: Problem) -> dict:
+    """How the problem's sequences lie in a cache: build_cache's keywords, drawn within the capabilities."""
+    caps = variant.capabilities
+    batch, n_k = problem.q.shape[0], problem.n_k
+    n_new = draw(st.integers(0, min(n_k, 4)), label="n_new")
+    lengths = draw(st.lists(st.integers(n_new, n_k), min_size=batch, max_size=batch), label="keys per sequence")
+    paged = caps.block_table and draw(st.booleans(), label="paged")
+    plan = dict(lengths_k=lengths, n_new=n_new, seed=problem.recipe.seed)
+    if caps.cache_leftpad and draw(st.booleans(), label="left padding"):
+        plan["leftpad"] = draw(st.lists(st.integers(0, 3), min_size=batch, max_size=batch), label="leftpad")
+    if paged:
+        plan["page_size"] = draw(st.sampled_from(PAGE_SIZES), label="page_size")
+    elif caps.cache_batch_idx and draw(st.booleans(), label="cache_batch_idx"):
+        plan["spare_rows"] = 2
+    return plan
+
+
+def _script(target: str, tensors: str, plan: dict, extra: dict) -> str:
+    return "\n".join([
+        "from harness.engine.guarded_call import handed_over",
+        "from specs.kv_cache import build_cache",
+        f"cache = build_cache(q, k, v, **{plan!r})",
+        f"args, kw = handed_over(cache.arrays, {{**cache.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",
+        f"out = load_impl({target!r}).face('kvcache')(*args, **kw)",
+        "print('k_cache as expected:', np.array_equal(args[1], cache.expected_caches()[0], equal_nan=True))",
+    ])
+
+
+def check_decode_step(trial: Trial, plan: dict, extra: dict) -> None:
+    """One kv-cache call on the trial's problem laid out by `plan`: every sequence's output (and log-sum-exp)
+    against its own dense attention over its slots after the append, and the caches bit for bit as the append
+    leaves them."""
+    __tracebackhide__ = True
+    variant, problem = trial.variant, trial.problem
+    caps = variant.capabilities
+    cache: CacheInputs = build_cache(*trial.inputs(), **plan)
+    expected = cache.expected_caches()
+    extra = {**extra, **({"return_lse": True} if caps.lse else {})}
+    script = _script(variant.impl.target, caps.tensors, plan, extra)
+    raw = call_face(trial, "kvcache", cache.arrays, {**cache.keywords, **problem.handed(variant.dtype).kwargs(),
+                                                     **extra}, problem, script)
+    out_raw, lse = raw if caps.lse else (raw, None)
+    batch, heads, n_q, _ = problem.q.shape
+    out = face_output(trial, out_raw, (batch, n_q, heads, problem.v.shape[-1]), problem, script)
+    if lse is not None and tuple(lse.shape) != (batch, heads, n_q):
+        trial.fail(f"return_lse=True returned lse of shape {tuple(lse.shape)}, expected (batch, heads, n_q)",
+                   problem, script=script)
+    for name, got, want in (("k_cache", cache.k_cache, expected[0]), ("v_cache", cache.v_cache, expected[1])):
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        if not same.all():
+            at = tuple(int(i) for i in np.argwhere(~same)[0])
+            trial.fail(f"{name}{list(at)} is {got[at]!r} after the call, expected {want[at]!r}: the new keys belong "
+                       f"at slots cache_seqlens.. of their sequence and nothing else may change", problem,
+                       script=script)
+    exact_q = trial.exact_inputs()[0]
+    caches = [c.astype(np.float64) for c in expected]
+    for b in range(batch):
+        where = cache.layout.where(b, cache.layout.slots(b))
+        keys, values = (to_dense(c[where]) for c in caches)
+        check_sequence(trial, b, out[b].swapaxes(0, 1)[None], None if lse is None else lse[b:b + 1],
+                       (exact_q[b:b + 1], keys, values), problem, script)
+
+
+@checks("kv-cache-appends-then-attends")
+@pytest.mark.requires("kvcache")
+@given(data=st.data())
+def test_decode_step_appends_then_attends(variant, data):
+    problem = data.draw(source_problems(variant, max_batch=6, max_n=40), label="problem")
+    plan = data.draw(cache_plans(variant, problem), label="cache")
+    splits = {"num_splits": data.draw(st.integers(1, 16), label="num_splits")} if variant.capabilities.num_splits \
+        else {}
+    check_decode_step(Trial(variant, problem), plan, splits)
+
+
+@checks("num-splits-leave-attention-unchanged")
+@pytest.mark.requires("kvcache", "num_splits")
+@given(data=st.data())
+def test_every_num_splits_gives_the_same_attention(variant, data):
+    problem = data.draw(source_problems(variant, max_batch=3, max_n=40), label="problem")
+    plan = data.draw(cache_plans(variant, problem), label="cache")
+    trial = Trial(variant, problem)
+    for splits in (1, *data.draw(st.lists(st.integers(2, 16), min_size=1, max_size=3, unique=True),
+                                 label="num_splits")):
+        check_decode_step(trial, plan, {"num_splits": splits})
+
+
+@checks("kv-cache-appends-then-attends")
+@pytest.mark.requires("kvcache")
+def test_caches_outside_the_protocol_raise_errors_naming_them(variant):
+    caps = variant.capabilities
+    problem = build(batch=2, heads=2, heads_kv=1, n_q=2, n_k=6, d=8, d_v=8, seed=22)
+    trial = Trial(variant, problem)
+    plan = dict(lengths_k=[6, 3], n_new=1, page_size=2) if caps.block_table else dict(lengths_k=[6, 3], n_new=1)
+    cache = build_cache(*trial.inputs(), **plan)
+    bad = [("cache_seqlens past the cache's slots", "cache_seqlens",
+            dict(cache.keywords, cache_seqlens=np.array([40, 2], np.int32)))]
+    if caps.block_table:
+        table = cache.keywords["block_table"].copy()
+        table[1, 0] = len(cache.k_cache) + 3
+        bad.append(("a block_table entry past the cache's pages for a page the sequence uses", "block_table",
+                    dict(cache.keywords, block_table=table)))
+    for what, name, keywords in bad:
+        broken: CacheInputs = replace(cache, keywords=keywords)
+        script = _script(variant.impl.target, caps.tensors, plan, {}) + f"\n# then: {what}"
+        fresh = [x if x is None else x.copy() for x in broken.arrays]
+        summary = expect_face_raised(trial, "kvcache", tuple(fresh), keywords, problem, script, what)
+        if name not in summary:
+            trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem, script=script)

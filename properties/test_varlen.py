@@ -1,0 +1,102 @@
+"""Variable-length batches beyond the seeds (issue 22, specs.varlen): packed sequences attend each alone.
+
+Every dense property already reaches a varlen implementation packed among decoys (protocol.dense_adapters); these
+check the face itself: packs of up to 16 sequences of very unequal lengths, 0 and 1 among them, with NaN rows past
+cu_seqlens[-1] and NaN keys past seqused_k, and the packing arguments outside the protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.api.face_calls import call_face, expect_face_raised, face_output
+from harness.api.markers import checks
+from harness.api.trial import Trial
+from properties.face_checks import check_sequence, source_problems
+from specs.problems import build
+from specs.varlen import PackedInputs, pack_sequences
+
+NAN_TAIL = 3  # rows past cu_seqlens[-1]
+
+
+def _script(target: str, tensors: str, lengths_q: list[int], lengths_k: list[int], unused: int, tail: int,
+            extra: dict) -> str:
+    return "\n".join([
+        "from harness.engine.guarded_call import handed_over",
+        "from specs.varlen import pack_sequences",
+        f"packed = pack_sequences(q, k, v, {lengths_q}, {lengths_k}, unused_k={unused}, tail={tail})",
+        f"args, kw = handed_over(packed.arrays, {{**packed.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",
+        f"out = load_impl({target!r}).face('varlen')(*args, **kw)",
+    ])
+
+
+@checks("varlen-is-each-sequence-alone")
+@pytest.mark.requires("varlen")
+@given(data=st.data())
+def test_each_packed_sequence_attends_alone(variant, data):
+    problem = data.draw(source_problems(variant, max_batch=16, max_n=40), label="problem")
+    batch, n_q, n_k = problem.q.shape[0], problem.n_q, problem.n_k
+    length = st.one_of(st.sampled_from((0, 1)), st.integers(0, 40))
+    lengths_q = [min(n, n_q) for n in data.draw(st.lists(length, min_size=batch, max_size=batch), label="lengths_q")]
+    lengths_k = [min(n, n_k) for n in data.draw(st.lists(length, min_size=batch, max_size=batch), label="lengths_k")]
+    caps = variant.capabilities
+    unused = 2 if caps.seqused_k else 0
+    trial = Trial(variant, problem)
+    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=NAN_TAIL)
+    extra = {"return_lse": True} if caps.lse else {}
+    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, NAN_TAIL, extra)
+    raw = call_face(trial, "varlen", packed.arrays, {**packed.keywords, **problem.handed(variant.dtype).kwargs(),
+                                                     **extra}, problem, script)
+    out_raw, lse = raw if caps.lse else (raw, None)
+    heads, d_v = problem.q.shape[1], problem.v.shape[-1]
+    out = face_output(trial, out_raw, (len(packed.q), heads, d_v), problem, script)
+    if lse is not None and tuple(lse.shape) != (heads, len(packed.q)):
+        trial.fail(f"return_lse=True returned lse of shape {tuple(lse.shape)}, expected (heads, total_q) = "
+                   f"{(heads, len(packed.q))}", problem, script=script)
+    exact = trial.exact_inputs()
+    for b, rows, _ in packed.packing().sequences():
+        if rows.start == rows.stop:
+            continue
+        q, k, v = (x[b:b + 1, :, :n] for x, n in zip(exact, (lengths_q[b], lengths_k[b], lengths_k[b]), strict=True))
+        got = out[rows].transpose(1, 0, 2)[None]
+        check_sequence(trial, b, got, None if lse is None else lse[:, rows][None], (q, k, v), problem, script)
+
+
+def _bad_packings(packed: PackedInputs, seqused_k: bool) -> list[tuple[str, str, PackedInputs]]:
+    """(what is wrong, the argument the error must name, the pack) for each way a packing breaks the protocol."""
+    cu_q, cu_k = packed.cu_seqlens_q, packed.cu_seqlens_k
+    bad = [
+        ("a decreasing cu_seqlens_q", "cu_seqlens_q", dict(cu_seqlens_q=cu_q[[0, 2, 1, 3]])),
+        ("cu_seqlens_k[-1] past the packed keys", "cu_seqlens_k",
+         dict(cu_seqlens_k=np.append(cu_k[:-1], len(packed.k) + 1).astype(np.int32))),
+        ("an int64 cu_seqlens_q", "cu_seqlens_q", dict(cu_seqlens_q=cu_q.astype(np.int64))),
+        ("a cu_seqlens_k of batch entries, not batch + 1", "cu_seqlens", dict(cu_seqlens_k=cu_k[:-1])),
+        ("a cu_seqlens_q that starts past 0", "cu_seqlens_q", dict(cu_seqlens_q=(cu_q + 1).astype(np.int32))),
+        ("a max_seqlen_q below the longest sequence", "max_seqlen_q", dict(max_seqlen_q=1)),
+    ]
+    if seqused_k:
+        bad.append(("a seqused_k past its sequence's keys", "seqused_k",
+                    dict(seqused_k=(packed.seqused_k + 3).astype(np.int32))))
+    return [(what, name, replace(packed, **change)) for what, name, change in bad]
+
+
+@checks("varlen-rejects-bad-packing")
+@pytest.mark.requires("varlen")
+def test_bad_packings_raise_errors_naming_them(variant):
+    problem = build(batch=3, heads=2, heads_kv=1, n_q=4, n_k=5, d=8, d_v=8, seed=22)
+    trial = Trial(variant, problem)
+    caps = variant.capabilities
+    lengths_q, lengths_k = [3, 2, 1], [2, 5, 3]
+    unused = 2 if caps.seqused_k else 0
+    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=1)
+    for what, name, broken in _bad_packings(packed, caps.seqused_k):
+        script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, 1, {}) + \
+            f"\n# then: {what}"
+        summary = expect_face_raised(trial, "varlen", broken.arrays, broken.keywords, problem, script, what)
+        if name not in summary:
+            trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem, script=script)
