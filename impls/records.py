@@ -27,7 +27,7 @@ BUILTIN_TARGETS = (
     "impls.torch.torch_flash_records:flash_tiled",
     "impls.torch.torch_flash_records:flash_tiled_bottom_right",
     "impls.torch.torch_flash_records:unfused_attention",
-    "impls.torch.torch_flash_records:flash_varlen",
+    "impls.torch.torch_flash_varlen:flash_attn_varlen",
     "impls.torch.torch_sdpa_cuda:sdpa_cuda_flash",
     "impls.torch.torch_sdpa_cuda:sdpa_cuda_efficient",
     "impls.torch.torch_sdpa_cuda:sdpa_cuda_cudnn",

@@ -30,6 +30,7 @@ FACE_POSITIONAL = {"dense": ("q", "k", "v"), "varlen": ("q", "k", "v", *VARLEN_A
 FACE_ATTRIBUTES = {"varlen": "attention_varlen", "kvcache": "attention_kvcache"}
 # features a face has where its function's signature names the keyword
 FACE_FEATURES = {"varlen": ("seqused_k",), "kvcache": tuple(k for k in KVCACHE_KEYWORDS if k != "cache_seqlens")}
+FEATURE_KEYWORDS = tuple(feature for features in FACE_FEATURES.values() for feature in features)
 DENSE_ONLY = ("mask", "bias")  # per-element arrays of the dense face: a pack or a cache has no such axes
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from protocol.dense_adapters import dense_through
 from protocol.expectations import rows_for
-from protocol.faces import FaceError, check_faces, face_features, face_functions
+from protocol.faces import FEATURE_KEYWORDS, FaceError, check_faces, face_features, face_functions
 from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
@@ -129,14 +129,12 @@ _FEATURE_NOTES = {
     **{mod: f"no `{mod}` keyword named in the signature" for mod in SCORE_MODS},
     "varlen": "no varlen face (capability faces)",
     "kvcache": "no kvcache face (capability faces)",
-    **{feature: f"no `{feature}` keyword named in its face's signature"
-       for feature in ("seqused_k", "cache_batch_idx", "cache_leftpad", "block_table", "num_splits")},
+    **{feature: f"no `{feature}` keyword named in its face's signature" for feature in FEATURE_KEYWORDS},
 }
 FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
-_FACE_FEATURES = ("seqused_k", "cache_batch_idx", "cache_leftpad", "block_table", "num_splits")
 _DECLARABLE = {f.name for f in dataclasses.fields(Capabilities)} - {"scale", "causal", "mask", "dropout",
                                                                     "dropout_seed", "backward", *SCORE_MODS,
-                                                                    *_FACE_FEATURES}
+                                                                    *FEATURE_KEYWORDS}
 
 
 @dataclass(frozen=True, eq=False)
@@ -292,7 +290,7 @@ def load_impl(target: str) -> Impl:
     if "dense" not in functions:
         first = capabilities.faces[0]
         fn = dense_through(first, functions[first], alignment=capabilities.causal_alignment,
-                           features={name: getattr(capabilities, name) for name in _FACE_FEATURES},
+                           features={name: getattr(capabilities, name) for name in FEATURE_KEYWORDS},
                            tile_keywords=capabilities.tile_keywords)
     name = getattr(fn, "attention_name", target)
     try:

@@ -62,6 +62,16 @@ MEANINGS = {
                     "-slope * |i + offset - j|, after the softcap, neither scaled nor capped",
     "sinks": "beyond the seeds: takes `sinks` of shape (heads,): one logit per head in each row's softmax "
              "denominator, carrying no value, in the log-sum-exp",
+    "faces": "beyond the seeds: the call signatures it offers among `dense`, `varlen` and `kvcache` "
+             "(protocol/faces.py); the function offers the first, `fn.attention_varlen` / `fn.attention_kvcache` the "
+             "others; the dense properties reach a varlen or kv-cache first face through the suite's adapter",
+    "seqused_k": "varlen face: takes `seqused_k` (int32, one per sequence): keys past it are never read",
+    "cache_batch_idx": "kvcache face: takes `cache_batch_idx` (int32, one per sequence): the cache row it uses",
+    "cache_leftpad": "kvcache face: takes `cache_leftpad` (int32, one per sequence): its keys start at that slot",
+    "block_table": "kvcache face: takes `block_table` (int32, sequences x pages): a paged cache, pages found "
+                   "through the table, entries past a sequence's pages never read",
+    "num_splits": "kvcache face: takes `num_splits`: keys cut into that many splits merged through their "
+                  "log-sum-exp; every count gives the same attention",
 }
 KEYWORD_OF = {"dropout": "dropout_p"}  # a signature feature whose keyword is not the field's name
 
@@ -77,6 +87,7 @@ def _value(value: object) -> str:
 def capability_rows(capabilities: type | None = None) -> list[tuple[str, str, str, str, str]]:
     """(field, how it is set, default, meaning, skip reason) for each field of the Capabilities dataclass."""
     from protocol import registry
+    from protocol.faces import FEATURE_KEYWORDS
 
     cls = capabilities or registry.Capabilities
     names = [f.name for f in dataclasses.fields(cls)]
@@ -97,6 +108,8 @@ def capability_rows(capabilities: type | None = None) -> list[tuple[str, str, st
             how = f"the signature: keyword `{field.name}`, named (not through `**kwargs`)"
         elif field.name == "backward":
             how = "the attribute `fn.attention_backward`"
+        elif field.name in FEATURE_KEYWORDS:
+            how = f"the face's signature: keyword `{field.name}`, named"
         else:
             how = f"`attention_capabilities[\"{field.name}\"]`"
         rows.append((field.name, how, _value(getattr(default, field.name)), MEANINGS[field.name],

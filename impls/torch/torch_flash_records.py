@@ -13,7 +13,6 @@ import math
 import torch
 
 from impls.torch.torch_flash import flash_attention_tiled
-from impls.torch.torch_flash_varlen import flash_attn_varlen, flash_attn_with_kvcache
 from protocol.registry import attention_impl
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
 from specs.validation import AttentionInputError, resolve_scale
@@ -42,14 +41,6 @@ flash_tiled = attention_impl(name="torch-flash-tiled", causal_alignment="top_lef
                              **FLASH_CAPABILITIES)(_tiled("top_left"))
 flash_tiled_bottom_right = attention_impl(name="torch-flash-tiled-bottom-right", causal_alignment="bottom_right",
                                           **FLASH_CAPABILITIES)(_tiled("bottom_right"))
-
-# issue 22's faces: varlen (the dense problems reach it packed among decoys, protocol.dense_adapters) and the kv
-# cache (properties/test_kv_cache.py); dropout without dropout_seed, as the pack moves a sequence's batch index
-flash_varlen = attention_impl(name="torch-flash-varlen", backend="torch", causal_alignment="bottom_right",
-                              dtypes=("float64", "float32", "float16", "bfloat16"), tensors="torch",
-                              tile_keywords=("block_rows", "block_cols"), lse=True, differentiable_mods=("sinks",),
-                              faces=("varlen", "kvcache"))(flash_attn_varlen)
-flash_varlen.attention_kvcache = flash_attn_with_kvcache
 
 
 # float64 and float32 only: in float16 and bfloat16 the unfused operators round S and P to the storage type,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from impls.torch.torch_flash import flash_attention_tiled
+from protocol.registry import attention_impl
 from specs.kv_cache import check_kv_cache
 from specs.score_mods import check_score_mods
 from specs.validation import AttentionInputError, AttentionShape
@@ -128,3 +129,13 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         lses.append(lse[0])
     out, lse = torch.stack(outs), torch.stack(lses)
     return (out, lse) if return_lse else out
+
+
+# issue 22's faces as one record: varlen first (the dense problems reach it packed among decoys,
+# protocol.dense_adapters), the kv cache as fn.attention_kvcache (properties/test_kv_cache.py); dropout without
+# dropout_seed, as the pack moves a sequence's batch index
+flash_attn_varlen = attention_impl(name="torch-flash-varlen", backend="torch", causal_alignment="bottom_right",
+                                   dtypes=("float64", "float32", "float16", "bfloat16"), tensors="torch",
+                                   tile_keywords=("block_rows", "block_cols"), lse=True,
+                                   differentiable_mods=("sinks",), faces=("varlen", "kvcache"))(flash_attn_varlen)
+flash_attn_varlen.attention_kvcache = flash_attn_with_kvcache

@@ -93,11 +93,13 @@ def test_the_fixture_rows_name_only_what_exists():
 
 def test_every_wrong_implementation_of_the_zoo_has_rows():
     """The zoo's list is its rows of the table (zoo/defects.py): a wrong implementation without rows would never
-    run, so every public function of zoo/wrong.py, and the six of zoo/declared.py, must have some."""
-    from zoo import declared, wrong
+    run, so every public function of zoo/wrong.py and zoo/wrong_faces.py, and the six of zoo/declared.py, must have
+    some."""
+    from zoo import declared, wrong, wrong_faces
 
-    functions = [f"zoo/wrong.py:{name}" for name, value in vars(wrong).items()
-                 if callable(value) and not name.startswith("_") and value.__module__ == wrong.__name__]
+    functions = [f"zoo/{module.__name__.rpartition('.')[2]}.py:{name}" for module in (wrong, wrong_faces)
+                 for name, value in vars(module).items()
+                 if callable(value) and not name.startswith("_") and value.__module__ == module.__name__]
     functions += [f"zoo/declared.py:{name}" for name in declared.DEFECTIVE]
     assert sorted(d.target for d in DEFECTS) == sorted(functions)
     assert all(d.mistake and d.source and d.breaks for d in DEFECTS)
