@@ -23,6 +23,7 @@ BUILTIN_TARGETS = (
     "impls.seeds.seed002_tiled:hardware_aware_attention",
     "impls.torch.torch_sdpa:sdpa_math",
     "impls.torch.torch_sdpa:sdpa_flash_cpu",
+    "impls.torch.torch_sdpa_nested:sdpa_jagged",
     "impls.torch.torch_mha:multihead_attention_module",
     "impls.torch.torch_flash_records:flash_tiled",
     "impls.torch.torch_flash_records:flash_tiled_bottom_right",

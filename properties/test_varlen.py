@@ -45,6 +45,8 @@ def test_each_packed_sequence_attends_alone(variant, data):
     lengths_q = [min(n, n_q) for n in data.draw(st.lists(length, min_size=batch, max_size=batch), label="lengths_q")]
     lengths_k = [min(n, n_k) for n in data.draw(st.lists(length, min_size=batch, max_size=batch), label="lengths_k")]
     caps = variant.capabilities
+    if not caps.empty_sequences:  # declared: every sequence has queries and keys
+        lengths_q, lengths_k = ([max(n, 1) for n in lengths] for lengths in (lengths_q, lengths_k))
     unused = 2 if caps.seqused_k else 0
     trial = Trial(variant, problem)
     packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=NAN_TAIL)
@@ -88,9 +90,9 @@ def _bad_packings(packed: PackedInputs, seqused_k: bool) -> list[tuple[str, str,
 @checks("varlen-rejects-bad-packing")
 @pytest.mark.requires("varlen")
 def test_bad_packings_raise_errors_naming_them(variant):
-    problem = build(batch=3, heads=2, heads_kv=1, n_q=4, n_k=5, d=8, d_v=8, seed=22)
-    trial = Trial(variant, problem)
     caps = variant.capabilities
+    problem = build(batch=3, heads=2, heads_kv=1 if caps.gqa else 2, n_q=4, n_k=5, d=8, d_v=8, seed=22)
+    trial = Trial(variant, problem)
     lengths_q, lengths_k = [3, 2, 1], [2, 5, 3]
     unused = 2 if caps.seqused_k else 0
     packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=1)

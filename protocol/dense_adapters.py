@@ -118,8 +118,9 @@ def _check_decoy(index: int, got: np.ndarray, q: np.ndarray, k: np.ndarray, v: n
                               f"{oracle.out[0].transpose(1, 0, 2)[at]!r}, allowed {bound[at]:.3g}")
 
 
-def through_varlen(fn: Callable, alignment: str, seqused_k: bool) -> Callable:
-    """The dense face of a varlen function (the module's docstring)."""
+def through_varlen(fn: Callable, alignment: str, seqused_k: bool, empty: bool = True) -> Callable:
+    """The dense face of a varlen function (the module's docstring); empty=False (Capabilities.empty_sequences)
+    gives every decoy at least one query and one key."""
 
     def dense(q, k, v, *, return_lse: bool = False, **kwargs):
         kind = _Kind(q)
@@ -127,7 +128,8 @@ def through_varlen(fn: Callable, alignment: str, seqused_k: bool) -> Callable:
         heads_kv, n_k, d_v = k.shape[1], k.shape[2], v.shape[3]
         dtype = kind.numpy(q[:0]).dtype
         rng = np.random.default_rng([batch, heads, heads_kv, n_q, n_k, d, d_v])
-        decoys = [DECOY_LENGTHS[i % len(DECOY_LENGTHS)] for i in range(batch + 1)]
+        decoys = [(m, n) if empty else (max(m, 1), max(n, 1))
+                  for m, n in (DECOY_LENGTHS[i % len(DECOY_LENGTHS)] for i in range(batch + 1))]
         decoy_q = [_filled(rng, (m, heads, d), dtype) for m, _ in decoys]
         decoy_k = [_filled(rng, (m, heads_kv, d), dtype) for _, m in decoys]
         decoy_v = [_filled(rng, (m, heads_kv, d_v), dtype) for _, m in decoys]
@@ -234,7 +236,7 @@ def dense_through(face: str, fn: Callable, *, alignment: str, features: dict[str
                   tile_keywords: tuple[str, ...]) -> Callable:
     """fn's dense face, through the adapter of `face`, with a dense signature."""
     if face == "varlen":
-        adapted = through_varlen(fn, alignment, features["seqused_k"])
+        adapted = through_varlen(fn, alignment, features["seqused_k"], features["empty_sequences"])
     else:
         adapted = through_kvcache(fn, features["cache_leftpad"], features["cache_batch_idx"],
                                   features["block_table"])

@@ -81,6 +81,7 @@ class Capabilities:
     # the faces it offers (protocol.faces); the first is the function's own, and the dense properties reach it
     faces: tuple[str, ...] = ("dense",)
     seqused_k: bool = False  # varlen: keys past seqused_k[i] are not read
+    empty_sequences: bool = True  # varlen: takes sequences of no query or no key (their rows give 0)
     cache_batch_idx: bool = False  # kvcache: sequence b uses cache row cache_batch_idx[b]
     cache_leftpad: bool = False  # kvcache: a sequence's keys start at cache_leftpad[b]
     block_table: bool = False  # kvcache: a paged cache, pages found through block_table
@@ -290,7 +291,8 @@ def load_impl(target: str) -> Impl:
     if "dense" not in functions:
         first = capabilities.faces[0]
         fn = dense_through(first, functions[first], alignment=capabilities.causal_alignment,
-                           features={name: getattr(capabilities, name) for name in FEATURE_KEYWORDS},
+                           features={name: getattr(capabilities, name)
+                                     for name in (*FEATURE_KEYWORDS, "empty_sequences")},
                            tile_keywords=capabilities.tile_keywords)
     name = getattr(fn, "attention_name", target)
     try:

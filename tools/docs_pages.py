@@ -66,6 +66,8 @@ MEANINGS = {
              "(protocol/faces.py); the function offers the first, `fn.attention_varlen` / `fn.attention_kvcache` the "
              "others; the dense properties reach a varlen or kv-cache first face through the suite's adapter",
     "seqused_k": "varlen face: takes `seqused_k` (int32, one per sequence): keys past it are never read",
+    "empty_sequences": "varlen face: takes sequences with no query or no key (their rows give 0); False keeps "
+                       "such sequences out of the packs it is given",
     "cache_batch_idx": "kvcache face: takes `cache_batch_idx` (int32, one per sequence): the cache row it uses",
     "cache_leftpad": "kvcache face: takes `cache_leftpad` (int32, one per sequence): its keys start at that slot",
     "block_table": "kvcache face: takes `block_table` (int32, sequences x pages): a paged cache, pages found "

@@ -219,3 +219,8 @@ def _averaged(parts):
 
 num_splits_averaged = _kv_cache_face(merge=_averaged)
 num_splits_averaged.__doc__ = "the outputs of the splits a row sees are averaged, not weighted by their log-sum-exp"
+
+varlen_equal_lengths_only = _varlen_face(
+    keys_of=lambda i, cu, used, total: slice(cu[i], min(cu[i] + int(np.diff(cu).max()), total)))
+varlen_equal_lengths_only.__doc__ = ("every sequence's keys are taken to be the longest one's: right only when all "
+                                     "lengths are equal (the dense properties catch it through the adapter's decoys)")
