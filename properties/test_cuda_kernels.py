@@ -18,7 +18,9 @@ from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from impls.cuda.geometry import TileCase
 from impls.cuda.runtime.on_cpu import KernelDefect
+from properties.test_kv_cache import cache_plans
 from protocol.registry import SCORE_MODS, Variant
+from specs.kv_cache import build_cache
 from specs.problems import Problem, build
 from specs.strategies import with_score_mod
 
@@ -123,3 +125,29 @@ def test_tile_edges_match_oracle(variant):
     """Each fixed tile-edge case on the plain CPU build, within the tolerance model of the oracle."""
     for _, problem in tile_edge_cases(variant):
         check_against_oracle(variant, problem)
+
+
+@checks("kernel-memory-safe", "kernel-race-free", "kernel-barrier-uniform")
+@pytest.mark.requires("cuda_checkers", "kvcache")
+@settings(max_examples=CHECKED_EXAMPLES // 2)
+@given(data=st.data())
+def test_kv_cache_face_under_the_checkers(variant, data):
+    """The kernel's kv-cache face (issue 22) under each checker: sequences of unequal cached lengths, paged caches of
+    1, 16 and 256 slots in shuffled order with NaN in the slots and pages no sequence uses, block_table entries past
+    a sequence's pages outside the pool (properties/test_kv_cache.py's layouts)."""
+    problem = data.draw(problems_for(variant, causal=variant.capabilities.causal and data.draw(st.booleans()),
+                                     empty_rows=True, **{**SMALL, "max_batch": 3}), label="problem")
+    plan = data.draw(cache_plans(variant, problem), label="cache")
+    trial = Trial(variant, problem)
+    cache = build_cache(*trial.inputs(), **plan)
+    for checker, claim in CHECKER_CLAIMS.items():
+        try:
+            variant.impl.fn.cuda_kv_cache_run(*(x if x is None else x.copy() for x in cache.arrays),
+                                              **cache.keywords, **problem.kwargs(), executor=checker)
+        except KernelDefect as defect:
+            memory = checker == "racecheck" and "ThreadSanitizer: data race" not in defect.report
+            trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}) through the kv-cache face: "
+                       f"{defect.report.splitlines()[0]}", details=(defect.report,),
+                       script=f"from specs.kv_cache import build_cache\ncache = build_cache(q, k, v, **{plan!r})\n"
+                              f"fn.cuda_kv_cache_run(*cache.arrays, **cache.keywords, **p.kwargs(), "
+                              f"executor={checker!r})", claim="kernel-memory-safe" if memory else claim)

@@ -39,31 +39,44 @@ CPU_MAX_SEQ = 48
 
 
 def cuda_records(name: str, run: Callable, *, geometry: TileGeometry | None = None,
-                 **capabilities) -> tuple[Callable, Callable]:
+                 kv_cache: Callable | None = None, **capabilities) -> tuple[Callable, Callable]:
     """The device record and the CPU record of one kernel. `run(q, k, v, ..., executor=...)` is the
     protocol function with the executor as an extra keyword; both records declare native code (calls run
     in a worker process, so a crash is a verdict). The CPU record declares `cuda_checkers` and carries `run`
     as `fn.cuda_run`, through which the kernel-memory-safe, kernel-race-free and kernel-barrier-uniform
     properties run the same call under impls/cuda/runtime/on_cpu.py's checkers, and the kernel's tile `geometry` as
-    `fn.cuda_geometry` (None: no fixed tile-edge cases). Their known defects are the rows of their names in
-    impls/expectations.toml."""
+    `fn.cuda_geometry` (None: no fixed tile-edge cases). `kv_cache(q, k_cache, v_cache, ..., executor=...)`, when
+    given, is the kernel's kv-cache face (protocol.faces): each record carries it as `fn.attention_kvcache` on its
+    executor, and the CPU record as `fn.cuda_kv_cache_run` for the checkers. Their known defects are the rows of
+    their names in impls/expectations.toml."""
 
     def record(executor: str, record_name: str, probe: Callable[[], str | None]) -> Callable:
-        @functools.wraps(run)
-        def on_executor(*args, **kwargs):
-            return run(*args, **kwargs, executor=executor)
-
-        del on_executor.__wrapped__  # the protocol reads this signature: without the executor keyword
-        on_executor.__signature__ = _without_executor(run)
-        on_executor.__name__ = on_executor.__qualname__ = f"{run.__name__}_on_{executor}"
+        on_executor = _on(run, executor)
         if executor == "cpu":
             on_executor.cuda_run = run
             on_executor.cuda_geometry = geometry
+        faces = {}
+        if kv_cache is not None:
+            on_executor.attention_kvcache = _on(kv_cache, executor)
+            on_executor.cuda_kv_cache_run = kv_cache if executor == "cpu" else None
+            faces = {"faces": ("dense", "kvcache")}
         bounds = {"max_seq": min(capabilities.get("max_seq") or CPU_MAX_SEQ, CPU_MAX_SEQ)} if executor == "cpu" else {}
         return attention_impl(name=record_name, backend="cupy", probe=probe, native=True,
-                              cuda_checkers=executor == "cpu", **{**capabilities, **bounds})(on_executor)
+                              cuda_checkers=executor == "cpu", **{**capabilities, **bounds, **faces})(on_executor)
 
     return record("cupy", f"cuda-{name}", device_unavailable), record("cpu", f"cuda-{name}-on-cpu", cpu_unavailable)
+
+
+def _on(run: Callable, executor: str) -> Callable:
+    """`run` with its executor bound, under the protocol's signature (without the executor keyword)."""
+    @functools.wraps(run)
+    def on_executor(*args, **kwargs):
+        return run(*args, **kwargs, executor=executor)
+
+    del on_executor.__wrapped__  # the protocol reads this signature: without the executor keyword
+    on_executor.__signature__ = _without_executor(run)
+    on_executor.__name__ = on_executor.__qualname__ = f"{run.__name__}_on_{executor}"
+    return on_executor
 
 
 def _without_executor(run: Callable):
