@@ -286,14 +286,15 @@ def _import_target(target: str) -> Callable:
 
 def load_impl(target: str) -> Impl:
     """Turn 'module.path:function' or 'path/to/file.py:function' into a record."""
-    fn = _import_target(target)
+    fn = _import_target(target)  # carries the declarations; `dense` is what the dense properties call
     capabilities, functions = _capabilities(fn, target)
-    if "dense" not in functions:
+    dense = functions.get("dense")
+    if dense is None:
         first = capabilities.faces[0]
-        fn = dense_through(first, functions[first], alignment=capabilities.causal_alignment,
-                           features={name: getattr(capabilities, name)
-                                     for name in (*FEATURE_KEYWORDS, "empty_sequences")},
-                           tile_keywords=capabilities.tile_keywords)
+        dense = dense_through(first, functions[first], alignment=capabilities.causal_alignment,
+                              features={name: getattr(capabilities, name)
+                                        for name in (*FEATURE_KEYWORDS, "empty_sequences")},
+                              tile_keywords=capabilities.tile_keywords)
     name = getattr(fn, "attention_name", target)
     try:
         known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
@@ -304,7 +305,7 @@ def load_impl(target: str) -> Impl:
     return Impl(
         name=name,
         target=target,
-        fn=fn,
+        fn=dense,
         capabilities=capabilities,
         known_defects=known,
         backend=getattr(fn, "attention_backend", "user"),

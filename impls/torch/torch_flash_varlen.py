@@ -133,9 +133,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 # issue 22's faces as one record: varlen first (the dense problems reach it packed among decoys,
 # protocol.dense_adapters), the kv cache as fn.attention_kvcache (properties/test_kv_cache.py); dropout without
-# dropout_seed, as the pack moves a sequence's batch index
+# dropout_seed, as the pack moves a sequence's batch index. One dtype per compute path of torch-flash-tiled beneath
+# it (float64 inside; float32 inside with a rounded output): torch-flash-tiled itself runs all four
 flash_attn_varlen = attention_impl(name="torch-flash-varlen", backend="torch", causal_alignment="bottom_right",
-                                   dtypes=("float64", "float32", "float16", "bfloat16"), tensors="torch",
+                                   dtypes=("float64", "bfloat16"), tensors="torch",
                                    tile_keywords=("block_rows", "block_cols"), lse=True,
                                    differentiable_mods=("sinks",), faces=("varlen", "kvcache"))(flash_attn_varlen)
 flash_attn_varlen.attention_kvcache = flash_attn_with_kvcache

@@ -53,6 +53,7 @@ def test_a_varlen_first_record_has_a_dense_face_and_its_own():
 def test_the_torch_record_offers_both_faces():
     pytest.importorskip("torch")
     impl = load_impl("impls.torch.torch_flash_varlen:flash_attn_varlen")
+    assert (impl.name, impl.backend) == ("torch-flash-varlen", "torch")  # read from the record, not its adapter
     assert impl.capabilities.faces == ("varlen", "kvcache")
     assert impl.capabilities.block_table and impl.capabilities.cache_leftpad and not impl.capabilities.num_splits
 
@@ -140,6 +141,7 @@ def test_the_adapter_packs_decoys_of_lengths_zero_and_one():
 
 def test_the_adapter_catches_a_varlen_right_only_at_equal_lengths():
     impl = load_impl("zoo/wrong_faces.py:varlen_equal_lengths_only")
+    assert impl.known_defects  # its rows of the table, found by its target through the adapter
     q, k, v = _dense()
     with pytest.raises(FaceCheckFailed, match="decoy sequence 0 of the pack has no key, but its output is not 0"):
         impl.fn(q, k, v)
