@@ -11,15 +11,18 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, reject
 from hypothesis import strategies as st
 
 from harness.api.face_calls import call_face, expect_face_raised, face_output
 from harness.api.markers import checks
 from harness.api.trial import Trial
+from harness.engine.backward import backward_of
+from harness.engine.guarded_call import CallFailed
 from properties.face_checks import check_sequence, source_problems
 from specs.problems import build
-from specs.varlen import PackedInputs, pack_sequences
+from specs.tolerance import ToleranceUndefined, gradient_allowance
+from specs.varlen import PackedInputs, pack_sequences, sequence_kwargs, to_dense
 
 NAN_TAIL = 3  # rows past cu_seqlens[-1]
 
@@ -102,3 +105,57 @@ def test_bad_packings_raise_errors_naming_them(variant):
         summary = expect_face_raised(trial, "varlen", broken.arrays, broken.keywords, problem, script, what)
         if name not in summary:
             trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem, script=script)
+
+
+@checks("varlen-is-each-sequence-alone")
+@pytest.mark.requires("varlen", "gradients")
+@given(data=st.data())
+def test_each_packed_sequence_has_its_own_gradients(variant, data):
+    """dQ, dK, dV of a pack of up to 16 sequences of unequal lengths: each sequence's rows equal the gradients of
+    its own dense attention within the gradient tolerance, and rows no sequence uses (past cu_seqlens[-1], keys
+    past seqused_k, all NaN) get gradient exactly 0 (varlen backward NaN: flash-attention #752, #1947)."""
+    problem = data.draw(source_problems(variant, max_batch=16, max_n=24), label="problem")
+    batch, n_q, n_k = problem.q.shape[0], problem.n_q, problem.n_k
+    caps = variant.capabilities
+    smallest = 0 if caps.empty_sequences else 1
+    lengths_q, lengths_k = (data.draw(st.lists(st.integers(smallest, n), min_size=batch, max_size=batch), label=label)
+                            for n, label in ((n_q, "lengths_q"), (n_k, "lengths_k")))
+    unused = 2 if caps.seqused_k else 0
+    trial = Trial(variant, problem)
+    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=NAN_TAIL)
+    d_out = np.random.default_rng(problem.recipe.seed).standard_normal(
+        (len(packed.q), problem.q.shape[1], problem.v.shape[-1])).astype(trial.dtype)
+    d_out[int(packed.cu_seqlens_q[-1]):] = 0
+    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, NAN_TAIL, {}) + \
+        "\n# then the gradients: harness.engine.backward.backward_of on load_impl(...).face('varlen')"
+    face = replace(variant.impl, fn=variant.impl.face("varlen"))
+    keywords = {"cu_seqlens_q": packed.cu_seqlens_q, "cu_seqlens_k": packed.cu_seqlens_k, **packed.keywords,
+                **problem.handed(variant.dtype).kwargs()}
+    try:
+        grads = backward_of(face, packed.q, packed.k, packed.v, d_out, **keywords)
+    except CallFailed as failure:
+        trial.fail(failure.summary, problem, script=script)
+    grads = [g.astype(np.float64) for g in grads]
+    zero = [np.ones(len(x), bool) for x in (packed.q, packed.k, packed.v)]  # rows whose gradients must be 0
+    exact = trial.exact_inputs()
+    for b, rows, keys in packed.packing().sequences():
+        if rows.start == rows.stop or keys.start == keys.stop:
+            continue  # no query or no key: its rows take no part, and their gradients are 0
+        zero[0][rows] = zero[1][keys] = zero[2][keys] = False
+        sequence = tuple(x[b:b + 1, :, :n] for x, n in zip(exact, (lengths_q[b], lengths_k[b], lengths_k[b]),
+                                                            strict=True))
+        kwargs = sequence_kwargs(trial.oracle_kwargs(problem), b)
+        try:
+            oracle = gradient_allowance(*sequence, to_dense(d_out[rows].astype(np.float64)), dtype=trial.dtype,
+                                        **kwargs)
+        except ToleranceUndefined:
+            reject()
+        for name, grad, where, exact_grad, allowance in zip(("dQ", "dK", "dV"), grads, (rows, keys, keys),
+                                                            oracle.grads, oracle.allowances, strict=True):
+            trial.expect_close(to_dense(grad[where]), exact_grad, allowance, what=f"{name} of sequence {b}",
+                               versus="the float64 oracle's backward", problem=problem, script=script)
+    for name, grad, rows in zip(("dQ", "dK", "dV"), grads, zero, strict=True):
+        if np.any(grad[rows] != 0):
+            where = int(np.flatnonzero(rows)[np.argmax(np.any(grad[rows] != 0, axis=(1, 2)))])
+            trial.fail(f"{name} is not 0 at packed row {where}, which takes no part in any sequence's attention: "
+                       f"{grad[where].reshape(-1)[:4]}", problem, script=script)

@@ -73,8 +73,8 @@ def as_float64(value: object) -> np.ndarray:
 
 # the keywords whose arrays cross as tensors with q, k, v (those of the varlen and kv-cache faces among them,
 # protocol.faces); any other (a 0-d array scale) is handed as it is
-TENSOR_KEYWORDS = ("mask", "bias", "alibi_slopes", "sinks", "seqused_k", "cache_seqlens", "cache_batch_idx",
-                   "cache_leftpad", "block_table")
+TENSOR_KEYWORDS = ("mask", "bias", "alibi_slopes", "sinks", "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
+                   "cache_seqlens", "cache_batch_idx", "cache_leftpad", "block_table")
 
 
 def handed_over(arrays: tuple[np.ndarray, ...], kwargs: dict, tensors: str) -> tuple[tuple, dict]:
