@@ -41,7 +41,10 @@ SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
 SCORE_MODS = ("bias", "window_size", "softcap", "alibi_slopes", "sinks")
 DIFFERENTIABLE_MODS = ("bias", "sinks")  # the modification arrays a gradient is taken of (specs.gradients)
 TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
-BACKENDS = ("numpy", "torch", "cupy")  # what --backend selects among built-in records
+BACKENDS = ("numpy", "torch", "cupy", "peers")  # what --backend selects among built-in records
+# "peers" are the implementations people use, checked as they are (impls/peers): their installs are large, so a run
+# checks them only when --backend names them (tox -e peers)
+DEFAULT_BACKENDS = ("numpy", "torch", "cupy")
 
 
 class ImplLoadError(ValueError):
@@ -323,8 +326,8 @@ class Unavailable:
 
 
 def load_targets(targets: Iterable[str], backends: tuple[str, ...] = ()) -> tuple[list[Impl], list[Unavailable]]:
-    """The implementations at `targets` (of `backends`, all when empty), split into those that can run here and
-    those that cannot (a missing package, or the record's own reason)."""
+    """The implementations at `targets` (of `backends`; DEFAULT_BACKENDS when empty), split into those that can run
+    here and those that cannot (a missing package, or the record's own reason)."""
     ready: list[Impl] = []
     missing: list[Unavailable] = []
     for target in targets:
@@ -333,7 +336,7 @@ def load_targets(targets: Iterable[str], backends: tuple[str, ...] = ()) -> tupl
         except ImportError as exc:
             missing.append(Unavailable(target, f"{exc.name or exc} is not installed"))
             continue
-        if backends and impl.backend not in backends:
+        if impl.backend not in (backends or DEFAULT_BACKENDS):
             continue
         if impl.unavailable:
             missing.append(Unavailable(target, impl.unavailable))

@@ -7,7 +7,7 @@ Options (CONTRACT 1 and 2, DESIGN.md):
   --impl TARGET      module.path:function or path/to/file.py:function (repeatable;
                      env ATTN_IMPLS, comma-separated); only these are checked
   --backend NAME     with no --impl: only built-ins of this backend (numpy, torch,
-                     cupy; repeatable; env ATTN_BACKENDS)
+                     cupy, peers; repeatable; env ATTN_BACKENDS); none: all but peers
   --report DIR       write report.json, report.md and report.html
   --impl-timeout S   a single implementation call longer than this fails
   --isolate auto|yes|no   calls in a worker process (auto: --impl targets and native records)
@@ -47,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--impl", action="append", default=[], metavar="TARGET",
                     help="implementation to check: module.path:function or path/to/file.py:function")
     group.addoption("--backend", action="append", default=[], metavar="NAME",
-                    help="with no --impl, check only built-ins of this backend (numpy, torch, cupy)")
+                    help="with no --impl, check only built-ins of this backend (numpy, torch, cupy; peers, the "
+                         "implementations people use, only when named)")
     group.addoption("--report", default=None, metavar="DIR",
                     help="write report.json, report.md and report.html to DIR")
     group.addoption("--impl-timeout", type=float, default=20.0, metavar="SECONDS",
