@@ -44,6 +44,15 @@ BUILTIN_TARGETS = (
     "impls.cuda.cuda_flash_wmma:flash_wmma_on_cpu",
     "impls.cuda.cuda_paged_decode:paged_decode_on_device",
     "impls.cuda.cuda_paged_decode:paged_decode_on_cpu",
+    # the peers (backend "peers": checked only when --backend names them, tox -e peers)
+    "impls.peers.flex:flex_eager",
+    "impls.peers.jax_nn:jax_dot_product_attention",
+    "impls.peers.jax_nn:flax_linen_attention",
+    "impls.peers.keras_numpy:keras_numpy_attention",
+    "impls.peers.hf_attention:llama_eager",
+    "impls.peers.hf_attention:gemma2_eager",
+    "impls.peers.hf_attention:gpt_oss_eager",
+    "impls.peers.hf_attention:hf_sdpa",
 )
 
 

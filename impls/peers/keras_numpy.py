@@ -1,0 +1,32 @@
+"""keras.ops.dot_product_attention on Keras 3's NumPy backend: Keras' own port of the operation
+(keras.src.backend.numpy.nn), on NumPy arrays; its jax and torch backends call jax.nn and SDPA, which are records
+already.
+
+Keras' documented semantics: q (batch, n_q, heads, d), k and v (batch, n_k, heads, d) (the protocol's layout with
+heads and positions swapped); `scale` None means 1/sqrt(d); `mask` True = may attend and `bias` added to the scaled
+scores, broadcast to (batch, heads, n_q, n_k); `is_causal` a lower-triangular mask over (n_q, n_k), top-left; v the
+shape of k; GQA where heads is a multiple of heads_kv (its documentation: "grouped query attention (GQA) is
+performed if N is a multiple of K"). Its soft cap is "only supported in JAX TPU backend" (the public op refuses it
+elsewhere), so the record has none. Keras picks its backend when first imported: the record sets
+KERAS_BACKEND=numpy unless the environment chose already (tox -e peers sets it).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from impls.peers.availability import installed
+from protocol.registry import attention_impl
+
+
+@attention_impl(name="keras-numpy", backend="peers", dtypes=("float64", "float32"), causal_alignment="top_left",
+                value_dim=False, probe=installed("keras"))
+def keras_numpy_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=None):
+    os.environ.setdefault("KERAS_BACKEND", "numpy")
+    import keras
+
+    out = keras.ops.dot_product_attention(*(np.swapaxes(x, 1, 2) for x in (q, k, v)), bias=bias, mask=mask,
+                                          scale=scale, is_causal=causal)
+    return np.swapaxes(np.asarray(out), 1, 2)
