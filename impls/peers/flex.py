@@ -14,6 +14,8 @@ backward on CPU"), so the record declares no gradients: the gradient properties 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from impls.peers.adapter_checks import checked_adapter_mods
@@ -96,5 +98,7 @@ def flex_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, windo
                alibi_slopes=None, return_lse=False):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return flex_call(flex_attention, q, k, v, scale=scale, causal=causal, mask=mask, bias=bias,
-                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_lse)
+    with warnings.catch_warnings():  # the eager path is the record's point: torch's advice to compile is not news
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile", category=UserWarning)
+        return flex_call(flex_attention, q, k, v, scale=scale, causal=causal, mask=mask, bias=bias,
+                         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_lse)

@@ -1,23 +1,25 @@
 """jax.nn.dot_product_attention (XLA) and flax linen's dot_product_attention, on NumPy inputs.
 
 jax.nn's documented semantics: q (batch, n_q, heads, d), k and v (batch, n_k, heads_kv, d) (the protocol's layout
-with heads and positions swapped), heads a multiple of heads_kv (GQA), d_v equal to d; `scale` None means
-1/sqrt(d); `mask` True = may attend and `bias` added to the scaled scores, each broadcast to (batch, heads, n_q,
-n_k); `is_causal` and `local_window_size=(left, right)` both aligned top-left (query i sees keys
-i - left .. i + right; the protocol's unbounded side, a negative one, becomes n_k); `return_residual=True`
-gives the LSE as (batch, n_q, heads), natural log. Run op by op, XLA compiles each operation for each new shape
-(compiles_per_shape: the shapes are drawn from a fixed set). Its backward is jax.vjp of the same call. Float64 needs
-`jax_enable_x64`, set before the first call. Flax linen's dot_product_attention (flax.linen.attention) is flax's
-own code, not a call into jax.nn: q (batch, n, heads, d) with the same number of heads for q, k, v; it scales
-by 1/sqrt(d) itself (no scale keyword) and has no causal keyword: models pass its `make_attention_mask` of
-the positions under `>=` (top-left), as the adapter does. Keras' jax backend and flax nnx call jax.nn and are
-not records of their own.
+with heads and positions swapped), heads a multiple of heads_kv (GQA), d_v equal to d; `scale` None means 1/sqrt(d);
+`mask` True = may attend and `bias` added to the scaled scores, each broadcast to (batch, heads, n_q, n_k);
+`is_causal` and `local_window_size=(left, right)` both aligned top-left (query i sees keys i - left .. i + right;
+the protocol's unbounded side, a negative one, becomes n_k); `return_residual=True` gives the LSE as (batch, n_q,
+heads), natural log. Run op by op, XLA compiles each operation for each new shape (compiles_per_shape: the shapes
+are drawn from a fixed set). Its backward is jax.vjp of the same call. Float64 needs `jax_enable_x64`, set before
+the first call. Flax linen's dot_product_attention (flax.linen.attention) is flax's own code, not a call into
+jax.nn: q (batch, n, heads, d) with the same number of heads for q, k, v; it scales by 1/sqrt(d) itself (no scale
+keyword) and has no causal keyword: models pass its `make_attention_mask` of the positions under `>=` (top-left), as
+the adapter does. Keras' jax backend and flax nnx call jax.nn and are not records of their own. Both promote an
+integer bias and propagate a NaN one, which the protocol refuses: the adapters refuse them by the protocol's rule
+(impls.peers.adapter_checks.bias_in_domain).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from impls.peers.adapter_checks import bias_in_domain
 from impls.peers.availability import installed
 from protocol.registry import attention_impl
 
@@ -56,7 +58,7 @@ def jax_dot_product_attention(q, k, v, *, scale=None, causal=False, mask=None, b
                               return_lse=False):
     jnp = _jax().numpy
     result = _jax_nn_call(*(jnp.asarray(x) for x in (q, k, v)), scale=scale, causal=causal, mask=mask,
-                          bias=None if bias is None else jnp.asarray(bias), window_size=window_size,
+                          bias=None if bias is None else jnp.asarray(bias_in_domain(bias)), window_size=window_size,
                           residual=return_lse)
     if not return_lse:
         return np.asarray(_bthd(np.asarray(result)))
@@ -91,6 +93,6 @@ def flax_linen_attention(q, k, v, *, causal=False, mask=None, bias=None):
         causal_mask = linen.make_attention_mask(positions_q, positions_k, jnp.greater_equal)
         mask = causal_mask if mask is None else linen.combine_masks(causal_mask, jnp.asarray(mask))
     out = linen.dot_product_attention(*(jnp.asarray(_bthd(x)) for x in (q, k, v)),
-                                      bias=None if bias is None else jnp.asarray(bias),
+                                      bias=None if bias is None else jnp.asarray(bias_in_domain(bias)),
                                       mask=None if mask is None else jnp.asarray(mask))
     return np.asarray(_bthd(np.asarray(out)))

@@ -7,8 +7,10 @@ heads and positions swapped); `scale` None means 1/sqrt(d); `mask` True = may at
 scores, broadcast to (batch, heads, n_q, n_k); `is_causal` a lower-triangular mask over (n_q, n_k), top-left; v the
 shape of k; GQA where heads is a multiple of heads_kv (its documentation: "grouped query attention (GQA) is
 performed if N is a multiple of K"). Its soft cap is "only supported in JAX TPU backend" (the public op refuses it
-elsewhere), so the record has none. Keras picks its backend when first imported: the record sets
-KERAS_BACKEND=numpy unless the environment chose already (tox -e peers sets it).
+elsewhere), so the record has none. Keras picks its backend when first imported: the record sets KERAS_BACKEND=numpy
+unless the environment chose already (tox -e peers sets it). Keras promotes an integer bias and propagates a NaN
+one, which the protocol refuses: the adapter refuses them by the protocol's rule
+(impls.peers.adapter_checks.bias_in_domain).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 
 import numpy as np
 
+from impls.peers.adapter_checks import bias_in_domain
 from impls.peers.availability import installed
 from protocol.registry import attention_impl
 
@@ -27,6 +30,6 @@ def keras_numpy_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=
     os.environ.setdefault("KERAS_BACKEND", "numpy")
     import keras
 
-    out = keras.ops.dot_product_attention(*(np.swapaxes(x, 1, 2) for x in (q, k, v)), bias=bias, mask=mask,
-                                          scale=scale, is_causal=causal)
+    q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
+    out = keras.ops.dot_product_attention(q, k, v, bias=bias_in_domain(bias), mask=mask, scale=scale, is_causal=causal)
     return np.swapaxes(np.asarray(out), 1, 2)
