@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from impls.peers.adapter_checks import bias_in_domain
+from impls.peers.adapter_checks import bias_in_domain, checked_adapter_mods
 from impls.peers.availability import installed
 from protocol.registry import attention_impl
 
@@ -57,6 +57,7 @@ def _jax_nn_call(q, k, v, *, scale=None, causal=False, mask=None, bias=None, win
 def jax_dot_product_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None,
                               return_lse=False):
     jnp = _jax().numpy
+    checked_adapter_mods(q, k, v, window_size=window_size)  # the adapter turns an unbounded side into n_k
     result = _jax_nn_call(*(jnp.asarray(x) for x in (q, k, v)), scale=scale, causal=causal, mask=mask,
                           bias=None if bias is None else jnp.asarray(bias_in_domain(bias)), window_size=window_size,
                           residual=return_lse)

@@ -120,15 +120,19 @@ def test_the_page_tallies_each_peer_and_lists_each_finding_and_each_unexpected_f
                  detail="beyond the tolerance"),
         _verdict("peer-a[float64]", "sdpa-formula", "skip", why="lacks"),
         _verdict("peer-b[float64]", "sdpa-formula", "fail", detail="raised ValueError"),
+        _verdict("peer-b[float64]", "rows-sum-to-one", "fail", expected=True, detail="the seed is false as written"),
         _verdict("oracle", "sdpa-formula", "pass"),
     ]}
     page = peers_page.render(report, scripts={("peer-a", "rows-sum-to-one"): ["peer_a_float32.py"]})
     assert "- script: [peer_a_float32.py](../findings/peer_a_float32.py)" in page
-    assert "This run: 4 cells (claim x peer x dtype): 1 pass, 1 findings, 1 not run, 1 unexpected." in page
-    assert "| peer-a | 0 | 1 | 1 | 0 |" in page  # a claim is a finding where one dtype's cell is
-    assert "| peer-b | 0 | 0 | 0 | 1 |" in page
-    assert "### peer-a: softmax in float32" in page and "### peer-b: raised ValueError" in page
-    assert "| rows-sum-to-one | **finding** |  |" in page and "| sdpa-formula | not run | **FAIL** |" in page
+    assert ("This run: 5 cells (claim x peer x dtype): 1 pass, 1 findings, 1 refuting a false seed sentence, 1 not "
+            "run, 1 unexpected.") in page
+    assert "| peer-a | 0 | 0 | 1 | 1 | 0 |" in page  # a claim is a finding where one dtype's cell is
+    assert "| peer-b | 0 | 1 | 0 | 0 | 1 |" in page
+    assert "### peer-a: peer_a_float32.py" in page and "### peer-b: unexpected: raised ValueError" in page
+    assert "| rows-sum-to-one | **finding** | refutes the seed |" in page
+    assert "| sdpa-formula | not run | **FAIL** |" in page
+    assert "unexpected: the seed is false" not in page  # a refuted seed sentence is no finding
 
 
 def test_the_page_refuses_a_report_without_peers(tmp_path, capsys):
