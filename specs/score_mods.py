@@ -66,20 +66,26 @@ def _first(where: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(where)[0])
 
 
-def _check_bias(bias: object, shape: AttentionShape) -> np.ndarray | None:
-    if bias is None:
-        return None
+def check_bias_values(bias: object) -> np.ndarray:
+    """`bias` as the protocol takes its values, whatever its shape: a floating-point array with no NaN and no +inf
+    (-inf hides a key), or an AttentionInputError naming the first wrong value and where it is."""
     bias = _float_array("bias", bias)
-    try:
-        full = np.broadcast_to(bias, shape.scores_shape)
-    except ValueError:
-        raise AttentionInputError(f"bias of shape {bias.shape} does not broadcast to (batch, heads, n_q, n_k) = "
-                                  f"{shape.scores_shape}") from None
     wrong = np.isnan(bias) | (bias == np.inf)
     if wrong.any():
         at = _first(wrong)
         raise AttentionInputError(f"bias holds {bias[at]} at {at}: a bias is finite, or -inf to hide a key")
-    return full
+    return bias
+
+
+def _check_bias(bias: object, shape: AttentionShape) -> np.ndarray | None:
+    if bias is None:
+        return None
+    bias = check_bias_values(bias)
+    try:
+        return np.broadcast_to(bias, shape.scores_shape)
+    except ValueError:
+        raise AttentionInputError(f"bias of shape {bias.shape} does not broadcast to (batch, heads, n_q, n_k) = "
+                                  f"{shape.scores_shape}") from None
 
 
 def _check_window(window_size: object) -> tuple[int, int] | None:

@@ -6,7 +6,7 @@ as flex's scale (None: 1/sqrt(d)); GQA through `enable_gqa`. The protocol's scor
 what hides a key becomes one `mask_mod(b, h, q_idx, kv_idx)` turned into a BlockMask by `create_block_mask`: causal
 as kv_idx <= q_idx (top-left, as flex's own causal example), the window as q_idx - left <= kv_idx <= q_idx + right
 (a negative side unbounded), and the boolean mask (True = may attend) read at its index. Flex takes none of the
-modifications as an argument, so the adapter checks them against the protocol (impls.peers.adapter_checks) and hands
+modifications as an argument, so the adapter checks them against the protocol (impls.score_mod_checks) and hands
 torch contiguous copies (it shares no negative strides). The LSE comes from `return_aux=AuxRequest(lse=True)`,
 natural log, (batch, heads, n_q). torch 2.13 refuses flex's backward on the CPU ("FlexAttention does not support
 backward on CPU"), so the record declares no gradients: the gradient properties are not run, with that reason.
@@ -18,8 +18,8 @@ import warnings
 
 import numpy as np
 
-from impls.peers.adapter_checks import checked_adapter_mods
 from impls.peers.availability import installed
+from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
 
 
@@ -62,7 +62,7 @@ def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap,
     import torch
     from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
 
-    checked_adapter_mods(q, k, v, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+    checked_mods(q, k, v, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
 
     def tensor(x):
         return torch.from_numpy(np.ascontiguousarray(x))

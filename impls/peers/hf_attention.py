@@ -13,7 +13,7 @@ for the eager functions it becomes an additive float mask of 0 and torch.finfo(d
 is, and the bias as its `position_bias` (T5's relative bias goes there). A mask keeps its heads' dimension (a
 model's masks have one head); a bias has the full (batch, heads, n_q, n_k) a model's has. transformers has no bias
 argument, a model builds its sinks' parameter itself and reads its softcap from a config, so the adapter checks all
-three against the protocol (impls.peers.adapter_checks); `scaling` is typed float and the adapter passes one.
+three against the protocol (impls.score_mod_checks); `scaling` is typed float and the adapter passes one.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from impls.peers.adapter_checks import checked_adapter_mods
 from impls.peers.availability import installed
+from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
 
 
@@ -65,7 +65,7 @@ def _hf_call(forward, q, k, v, *, scale, causal, mask, bias=None, position_bias=
     `position_bias` beside the boolean mask, else into the eager functions' additive mask."""
     import torch
 
-    checked_adapter_mods(q, k, v, bias=bias, sinks=sinks, softcap=softcap)
+    checked_mods(q, k, v, bias=bias, sinks=sinks, softcap=softcap)
     if softcap > 0:  # gemma2's: None is no cap, where the protocol's is 0 or negative
         keywords["softcap"] = softcap
     if bias is not None:  # a model's bias is (batch, heads, n_q, n_k), as T5's position_bias

@@ -12,16 +12,17 @@ jax.nn: q (batch, n, heads, d) with the same number of heads for q, k, v; it sca
 keyword) and has no causal keyword: models pass its `make_attention_mask` of the positions under `>=` (top-left), as
 the adapter does. Keras' jax backend and flax nnx call jax.nn and are not records of their own. Both promote an
 integer bias and propagate a NaN one, which the protocol refuses: the adapters refuse them by the protocol's rule
-(impls.peers.adapter_checks.bias_in_domain).
+(specs.score_mods.check_bias_values).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from impls.peers.adapter_checks import bias_in_domain, checked_adapter_mods
 from impls.peers.availability import installed
+from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
+from specs.score_mods import check_bias_values
 
 
 def _jax():
@@ -57,9 +58,9 @@ def _jax_nn_call(q, k, v, *, scale=None, causal=False, mask=None, bias=None, win
 def jax_dot_product_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None,
                               return_lse=False):
     jnp = _jax().numpy
-    checked_adapter_mods(q, k, v, window_size=window_size)  # the adapter turns an unbounded side into n_k
+    checked_mods(q, k, v, window_size=window_size)  # the adapter turns an unbounded side into n_k
     result = _jax_nn_call(*(jnp.asarray(x) for x in (q, k, v)), scale=scale, causal=causal, mask=mask,
-                          bias=None if bias is None else jnp.asarray(bias_in_domain(bias)), window_size=window_size,
+                          bias=None if bias is None else jnp.asarray(check_bias_values(bias)), window_size=window_size,
                           residual=return_lse)
     if not return_lse:
         return np.asarray(_bthd(np.asarray(result)))
@@ -94,6 +95,6 @@ def flax_linen_attention(q, k, v, *, causal=False, mask=None, bias=None):
         causal_mask = linen.make_attention_mask(positions_q, positions_k, jnp.greater_equal)
         mask = causal_mask if mask is None else linen.combine_masks(causal_mask, jnp.asarray(mask))
     out = linen.dot_product_attention(*(jnp.asarray(_bthd(x)) for x in (q, k, v)),
-                                      bias=None if bias is None else jnp.asarray(bias_in_domain(bias)),
+                                      bias=None if bias is None else jnp.asarray(check_bias_values(bias)),
                                       mask=None if mask is None else jnp.asarray(mask))
     return np.asarray(_bthd(np.asarray(out)))

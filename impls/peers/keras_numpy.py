@@ -10,7 +10,7 @@ performed if N is a multiple of K"). Its soft cap is "only supported in JAX TPU 
 elsewhere), so the record has none. Keras picks its backend when first imported: the record sets KERAS_BACKEND=numpy
 unless the environment chose already (tox -e peers sets it). Keras promotes an integer bias and propagates a NaN
 one, which the protocol refuses: the adapter refuses them by the protocol's rule
-(impls.peers.adapter_checks.bias_in_domain).
+(specs.score_mods.check_bias_values).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import os
 
 import numpy as np
 
-from impls.peers.adapter_checks import bias_in_domain
 from impls.peers.availability import installed
 from protocol.registry import attention_impl
+from specs.score_mods import check_bias_values
 
 
 @attention_impl(name="keras-numpy", backend="peers", dtypes=("float64", "float32"), causal_alignment="top_left",
@@ -30,6 +30,8 @@ def keras_numpy_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=
     os.environ.setdefault("KERAS_BACKEND", "numpy")
     import keras
 
+    if bias is not None:
+        check_bias_values(bias)
     q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
-    out = keras.ops.dot_product_attention(q, k, v, bias=bias_in_domain(bias), mask=mask, scale=scale, is_causal=causal)
+    out = keras.ops.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale, is_causal=causal)
     return np.swapaxes(np.asarray(out), 1, 2)

@@ -24,7 +24,7 @@ from collections import Counter
 
 import torch
 
-from impls.torch.checked_mods import checked_mods
+from impls.score_mod_checks import checked_mods
 from impls.torch.thread_shares import run_in_shares
 from specs.dropout_mask import check_dropout, keep_from_row_keys, row_keys
 from specs.score_mods import causal_window, relative_positions, visible_key_range, window_visible

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from impls.torch.checked_mods import checked_mods
+from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
 
 
