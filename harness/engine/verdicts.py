@@ -37,6 +37,9 @@ class Outcome:
     expected: bool = False
     why: str = ""  # why the failure was expected
     examples_to_failure: int | None = None  # Hypothesis examples run until the first failure
+    # the messages of a failure no declaration or refutation explains, each apart: Hypothesis reports a declared
+    # and an undeclared failure of one property together (report_multiple_bugs), and the detail joins them
+    undeclared: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -114,7 +117,8 @@ def blame(slugs: tuple[str, ...], subject: Variant | str, prop: str,
     outcomes, triggered = {}, []
     for slug, messages in blamed.items():
         reasons = [expected_failure(slug, subject, prop, m) for m in messages]
-        outcome = Outcome("fail", "", prop, expected=all(reasons))
+        outcome = Outcome("fail", "", prop, expected=all(reasons),
+                          undeclared=[m for m, reason in zip(messages, reasons, strict=True) if not reason])
         if outcome.expected:
             outcome.why = reasons[0].why
             triggered += [subject.impl.known_defects.index(r.scope) for r in reasons if r.scope is not None]

@@ -77,8 +77,10 @@ def measured_rows(variants: list, outcomes: dict, builtin: frozenset[str]) -> tu
                 # a record's rows are all the table's; another implementation's own known_defects stay on it
                 kept[section] += [row for row in covering if (section == "row" or row in tabled)
                                   and row not in kept[section]]
-                if not covering and not outcome.expected:  # neither a row nor a refuted seed sentence explains it
-                    failures[(variant.impl.name, claim)][variant.dtype].append(outcome.detail)
+                # each failure neither a row nor a refuted seed sentence explains, judged apart from any declared
+                # one reported beside it (harness.engine.verdicts.blame)
+                if outcome.undeclared:
+                    failures[(variant.impl.name, claim)][variant.dtype] += outcome.undeclared
     problems = []
     for (subject, claim), by_dtype in sorted(failures.items()):
         messages = [m for found in by_dtype.values() for m in found]

@@ -14,7 +14,7 @@ import pytest
 from harness.api.evidence import PropertyViolation
 from harness.api.trial import check_against_oracle
 from harness.engine.declarations import RUNNING, RunningCheck
-from harness.engine.verdicts import Outcome
+from harness.engine.verdicts import Outcome, blame
 from harness.pytest_plugin.accept import headline_pattern, measured_rows, symptom, table_text, unspecific
 from protocol.expectations import load_table, parse_sections, parse_table
 from protocol.known_defects import Row
@@ -111,12 +111,21 @@ def _builtin(rows: tuple[Row, ...]) -> Variant:
     return Variant(dataclasses.replace(load_impl(RECORD), known_defects=rows), "float64")
 
 
+def _failed(variant: Variant, claim: str, prop: str, *messages: str) -> Outcome:
+    """The outcome the plugin records for a test of `claim` failing with `messages` (several: Hypothesis' multiple
+    bugs), judged by the run's own rule (harness.engine.verdicts.blame)."""
+    (outcome,) = blame((claim,), variant, prop, [(None, message) for message in messages])[0].values()
+    outcome.nodeid, outcome.detail = f"t::{prop}", "\n\n".join(messages)
+    return outcome
+
+
 def test_measured_rows_keep_what_caught_drop_what_did_not_and_add_what_was_unexpected(ordinary_failures):
     caught = Row("numpy-tiled", "sdpa-formula", "why", ("float64",), (), r"^returned nan at out", "here: a test")
     idle = Row("numpy-tiled", "rows-sum-to-one", "why", ("float64",), (), r"^row sums", "here: a test")
     variant = _builtin((caught, idle))
-    outcomes = {("sdpa-formula", variant.name): [Outcome("fail", "t::a", "test_a", detail=ordinary_failures[2])],
-                ("layout-independent", variant.name): [Outcome("fail", "t::b", "test_b", detail=ordinary_failures[3])],
+    outcomes = {("sdpa-formula", variant.name): [_failed(variant, "sdpa-formula", "test_a", ordinary_failures[2])],
+                ("layout-independent", variant.name): [_failed(variant, "layout-independent", "test_b",
+                                                               ordinary_failures[3])],
                 ("rows-sum-to-one", variant.name): [Outcome("pass", "t::c", "test_c")]}
     rows, problems = measured_rows([variant], outcomes, frozenset({variant.impl.target}))
     mine = [row for row in rows["row"] if row.subject == "numpy-tiled"]
@@ -134,14 +143,31 @@ def test_measured_rows_keep_what_caught_drop_what_did_not_and_add_what_was_unexp
         section: set(found) for section, found in rows.items()}
 
 
+def test_a_declared_failure_reported_beside_an_undeclared_one_covers_only_itself(ordinary_failures):
+    """Hypothesis reports a declared and an undeclared failure of one property together (report_multiple_bugs): the
+    row that explains one part is kept, and the other part still becomes a row of its own."""
+    caught = Row("numpy-tiled", "sdpa-formula", "why", ("float64",), (), r"^returned nan at out", "here: a test")
+    variant = _builtin((caught,))
+    both = _failed(variant, "sdpa-formula", "test_a", ordinary_failures[2], ordinary_failures[3])
+    assert not both.expected and caught.covers("sdpa-formula", "float64", "test_a", both.detail)
+    rows, problems = measured_rows([variant], {("sdpa-formula", variant.name): [both]},
+                                   frozenset({variant.impl.target}))
+    mine = [row for row in rows["row"] if row.subject == "numpy-tiled"]
+    assert problems == [] and caught in mine and len(mine) == 2
+    (new,) = [row for row in mine if row != caught]
+    assert new.covers("sdpa-formula", "float64", "test_a", ordinary_failures[3])
+    assert not new.covers("sdpa-formula", "float64", "test_a", ordinary_failures[2])
+
+
 def test_an_implementation_run_by_impl_is_measured_into_the_fixture_section(ordinary_failures):
     """The tests' and the zoo's implementations (not records) get `[[fixture]]` rows; its own `known_defects`
     stay on the function (a failure they cover is neither kept nor new)."""
     own = Row("tests-own", "rows-sum-to-one", "why", ("float64",), (), r"^returned nan at out")
     variant = Variant(dataclasses.replace(load_impl(RECORD), name="tests-own", target="tests/x.py:own",
                                           known_defects=(own,)), "float64")
-    outcomes = {("rows-sum-to-one", variant.name): [Outcome("fail", "t::a", "test_a", detail=ordinary_failures[2])],
-                ("sdpa-formula", variant.name): [Outcome("fail", "t::b", "test_b", detail=ordinary_failures[3])]}
+    outcomes = {("rows-sum-to-one", variant.name): [_failed(variant, "rows-sum-to-one", "test_a",
+                                                            ordinary_failures[2])],
+                ("sdpa-formula", variant.name): [_failed(variant, "sdpa-formula", "test_b", ordinary_failures[3])]}
     rows, problems = measured_rows([variant], outcomes, frozenset())
     assert problems == [] and set(rows["row"]) == set(load_table())
     (new,) = [row for row in rows["fixture"] if row.subject == "tests-own"]
@@ -151,8 +177,8 @@ def test_an_implementation_run_by_impl_is_measured_into_the_fixture_section(ordi
 def test_a_generated_symptom_that_is_not_specific_is_reported(ordinary_failures):
     variant = _builtin(())
     same = ordinary_failures[3]
-    outcomes = {("sdpa-formula", variant.name): [Outcome("fail", "t::a", "test_a", detail=same)],
-                ("layout-independent", variant.name): [Outcome("fail", "t::b", "test_b", detail=same)]}
+    outcomes = {("sdpa-formula", variant.name): [_failed(variant, "sdpa-formula", "test_a", same)],
+                ("layout-independent", variant.name): [_failed(variant, "layout-independent", "test_b", same)]}
     _, problems = measured_rows([variant], outcomes, frozenset({variant.impl.target}))
     assert len(problems) == 2 and all("matches every other failure message" in p for p in problems)
 
