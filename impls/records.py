@@ -46,6 +46,7 @@ BUILTIN_TARGETS = (
     "impls.cuda.cuda_paged_decode:paged_decode_on_cpu",
     # the peers (backend "peers": checked only when --backend names them, tox -e peers)
     "impls.peers.flex:flex_eager",
+    "impls.peers.flex:flex_compiled",
     "impls.peers.jax_nn:jax_dot_product_attention",
     "impls.peers.jax_nn:flax_linen_attention",
     "impls.peers.keras_numpy:keras_numpy_attention",

@@ -1,19 +1,36 @@
-"""torch.nn.attention.flex_attention as models call it, eager (the unfused path), on the CPU.
+"""torch.nn.attention.flex_attention as models call it on the CPU: eager (the unfused path) and under torch.compile
+(inductor's fused CPU kernel).
 
 The mapping, FlexAttention's documented semantics: q, k, v in (batch, heads, n, d), the protocol's layout; `scale`
 as flex's scale (None: 1/sqrt(d)); GQA through `enable_gqa`. The protocol's score modifications become one
 `score_mod(score, b, h, q_idx, kv_idx)` on the scaled score, composed in the protocol's order (cap, ALiBi, bias);
 what hides a key becomes one `mask_mod(b, h, q_idx, kv_idx)` turned into a BlockMask by `create_block_mask`: causal
 as kv_idx <= q_idx (top-left, as flex's own causal example), the window as q_idx - left <= kv_idx <= q_idx + right
-(a negative side unbounded), and the boolean mask (True = may attend) read at its index. Flex takes none of the
-modifications as an argument, so the adapter checks them against the protocol (impls.score_mod_checks) and hands
-torch contiguous copies (it shares no negative strides). The LSE comes from `return_aux=AuxRequest(lse=True)`,
-natural log, (batch, heads, n_q). torch 2.13 refuses flex's backward on the CPU ("FlexAttention does not support
-backward on CPU"), so the record declares no gradients: the gradient properties are not run, with that reason.
+(a negative side unbounded), and the boolean mask (True = may attend) read at its index. Every value the two
+functions read is a captured tensor (flex's "captured buffers"), never a Python number, so that a compiled flex
+traces them as inputs instead of compiling again for each value. Flex takes none of the modifications as an
+argument, so the adapter checks them against the protocol (impls.score_mod_checks) and hands torch contiguous
+copies (it shares no negative strides); bfloat16 arrives as ml_dtypes' NumPy type and reaches torch through float32,
+exactly. torch 2.13 refuses flex's backward on the CPU ("FlexAttention does not support backward on CPU"), so
+neither record declares gradients: the gradient properties are not run, with that reason.
+
+Eager: float64 and float32, the LSE from `return_aux=AuxRequest(lse=True)` (natural log, (batch, heads, n_q)), and
+only the modifications a call asks for. Compiled: `torch.compile(flex_attention, dynamic=False)`, one static kernel
+per shape (the default, dynamic=None, compiles the second shape with dynamic sizes, and inductor's CPU template then
+fails to compile a mask_mod that reads a tensor: docs/findings/flex_compiled_dynamic_shapes_mask_buffer.py);
+inductor's CPU lowering takes float32, float16 and bfloat16 only and "only supports inference and `return_lse` is
+not supported yet", so the record has float32 and bfloat16 and no LSE. It passes
+every modification on every call, neutral where the protocol has none (a cap of 0 selected away, slopes and bias of
+0, windows wider than both lengths, a mask of True), so the calls of one shape and dtype share one compiled kernel.
+A scale, a Python float, would be a constant of that kernel (a kernel per value, about 4 s each here): a scale the
+call gives multiplies the score in score_mod, as a captured tensor, with flex's own scale 1 (flex's own application
+of `scale` is flex-eager's to check); without one flex applies its default 1/sqrt(d) itself.
+Dynamo's recompile limit, past which torch would quietly run the eager path instead, is raised and made an error.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -23,15 +40,18 @@ from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
 
 
-def _score_mod(softcap: float, alibi_slopes, bias):
-    """The protocol's modifications of the scaled score (specs.score_mods' order: cap, ALiBi, bias)."""
+def _score_mod(scale, cap, slopes, bias):
+    """The protocol's modifications of the scaled score (specs.score_mods' order: cap, ALiBi, bias), after a `scale`
+    flex did not apply; None: absent."""
     import torch
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        if softcap > 0:
-            score = softcap * torch.tanh(score / softcap)
-        if alibi_slopes is not None:
-            score = score - alibi_slopes[b, h] * torch.abs(q_idx - kv_idx)
+        if scale is not None:
+            score = score * scale
+        if cap is not None:  # a cap <= 0 is none (the compiled record's neutral cap is 0)
+            score = torch.where(cap > 0, cap * torch.tanh(score / cap), score)
+        if slopes is not None:
+            score = score - slopes[b, h] * torch.abs(q_idx - kv_idx)
         if bias is not None:
             score = score + bias[b, h, q_idx, kv_idx]
         return score
@@ -39,17 +59,14 @@ def _score_mod(softcap: float, alibi_slopes, bias):
     return score_mod
 
 
-def _mask_mod(causal: bool, window_size, mask):
+def _mask_mod(left, right, mask):
+    """Key kv_idx visible from query q_idx: within `left` before and `right` after it, where allowed by `mask`."""
     def mask_mod(b, h, q_idx, kv_idx):
         visible = kv_idx >= 0  # a tensor of True: the conditions below narrow it
-        if causal:
-            visible = visible & (kv_idx <= q_idx)
-        if window_size is not None:
-            left, right = window_size
-            if left >= 0:
-                visible = visible & (kv_idx >= q_idx - left)
-            if right >= 0:
-                visible = visible & (kv_idx <= q_idx + right)
+        if left is not None:
+            visible = visible & (kv_idx >= q_idx - left)
+        if right is not None:
+            visible = visible & (kv_idx <= q_idx + right)
         if mask is not None:
             visible = visible & mask[b, h, q_idx, kv_idx]
         return visible
@@ -57,33 +74,13 @@ def _mask_mod(causal: bool, window_size, mask):
     return mask_mod
 
 
-def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap, alibi_slopes, return_lse):
-    """One flex_attention call on NumPy inputs, NumPy back."""
+def _tensor(x: np.ndarray):
+    """A contiguous torch copy of `x`; ml_dtypes' bfloat16 goes through float32, which holds it exactly."""
     import torch
-    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
 
-    checked_mods(q, k, v, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
-
-    def tensor(x):
-        return torch.from_numpy(np.ascontiguousarray(x))
-
-    qt, kt, vt = (tensor(x) for x in (q, k, v))
-    batch, heads, n_q, n_k = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    full = (batch, heads, n_q, n_k)
-    mask_t = None if mask is None else torch.from_numpy(np.broadcast_to(mask, full).copy())
-    bias_t = None if bias is None else tensor(np.broadcast_to(bias, full).copy())
-    slopes = None if alibi_slopes is None else tensor(np.broadcast_to(alibi_slopes, (batch, heads)).copy())
-    block_mask = None
-    if causal or window_size is not None or mask is not None:
-        block_mask = create_block_mask(_mask_mod(causal, window_size, mask_t), batch, heads, n_q, n_k,
-                                       device="cpu")
-    aux = AuxRequest(lse=True) if return_lse else None
-    result = flex(qt, kt, vt, score_mod=_score_mod(float(softcap or 0.0), slopes, bias_t), block_mask=block_mask,
-                  scale=scale, enable_gqa=heads != k.shape[1], return_aux=aux)
-    if not return_lse:
-        return _numpy(result, q.dtype)
-    out, aux_out = result
-    return _numpy(out, q.dtype), _numpy(aux_out.lse, np.dtype(np.float64))
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(x, order="C"))  # a copy, of any rank (0-d stays 0-d)
 
 
 def _numpy(x, dtype: np.dtype) -> np.ndarray:
@@ -92,8 +89,62 @@ def _numpy(x, dtype: np.dtype) -> np.ndarray:
     return x.detach().to(torch.float64).numpy().astype(dtype)
 
 
-@attention_impl(name="flex-eager", backend="peers", dtypes=("float64", "float32"), causal_alignment="top_left",
-                lse=True, probe=installed("torch"))
+def _sides(causal: bool, window) -> tuple[int | None, int | None]:
+    """The window's (left, right) bounds with causal folded in (top-left: right <= 0); None where unbounded."""
+    left, right = window if window is not None else (-1, -1)
+    left = left if left >= 0 else None
+    right = right if right >= 0 else None
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    return left, right
+
+
+def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap, alibi_slopes, return_lse,
+              every_modification: bool):
+    """One flex_attention call on NumPy inputs, NumPy back; `every_modification`: each one passed, neutral where
+    the call has none (one compiled kernel per shape)."""
+    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
+
+    mods = checked_mods(q, k, v, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+    batch, heads, n_q, n_k = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    full = (batch, heads, n_q, n_k)
+    real = np.dtype(np.float64 if q.dtype == np.float64 else np.float32)  # the cap's and the slopes' (specs.problems)
+
+    def captured(value, neutral: np.ndarray):
+        """`value` as a torch tensor; where absent None, or `neutral` when every modification is passed."""
+        if value is None and not every_modification:
+            return None
+        return _tensor(neutral if value is None else value)
+
+    # a scale in flex's own keyword is a constant of the compiled kernel (every value compiles one), so where every
+    # modification is passed a scale asked for is applied in score_mod with flex's scale 1; else flex applies it
+    folded = every_modification and scale is not None
+    scale_t = captured(np.asarray(scale, real) if folded else None, np.ones((), real))
+    cap = captured(np.asarray(mods.softcap, real) if mods.softcap > 0 else None, np.zeros((), real))
+    slopes = captured(None if alibi_slopes is None else np.broadcast_to(alibi_slopes, (batch, heads)),
+                      np.zeros((batch, heads), real))
+    bias_t = captured(None if bias is None else np.broadcast_to(bias, full), np.zeros(full, q.dtype))
+    left, right = (captured(None if side is None else np.asarray(side, np.int64), np.asarray(n_q + n_k, np.int64))
+                   for side in _sides(causal, mods.window))  # n_q + n_k: wider than any query-key distance
+    mask_t = captured(None if mask is None else np.broadcast_to(mask, full), np.ones(full, bool))
+    block_mask = None
+    if any(x is not None for x in (left, right, mask_t)):
+        block_mask = create_block_mask(_mask_mod(left, right, mask_t), batch, heads, n_q, n_k, device="cpu")
+    aux = AuxRequest(lse=True) if return_lse else None
+    qt, kt, vt = (_tensor(x) for x in (q, k, v))
+    result = flex(qt, kt, vt, score_mod=_score_mod(scale_t, cap, slopes, bias_t), block_mask=block_mask,
+                  scale=1.0 if folded else scale,
+                  enable_gqa=heads != k.shape[1], return_aux=aux)
+    if not return_lse:
+        return _numpy(result, q.dtype)
+    out, aux_out = result
+    return _numpy(out, q.dtype), _numpy(aux_out.lse, np.dtype(np.float64))
+
+
+FLEX = dict(backend="peers", causal_alignment="top_left", probe=installed("torch"))
+
+
+@attention_impl(name="flex-eager", dtypes=("float64", "float32"), lse=True, **FLEX)
 def flex_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None, softcap=0.0,
                alibi_slopes=None, return_lse=False):
     from torch.nn.attention.flex_attention import flex_attention
@@ -101,4 +152,26 @@ def flex_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, windo
     with warnings.catch_warnings():  # the eager path is the record's point: torch's advice to compile is not news
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile", category=UserWarning)
         return flex_call(flex_attention, q, k, v, scale=scale, causal=causal, mask=mask, bias=bias,
-                         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_lse)
+                         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_lse,
+                         every_modification=False)
+
+
+@functools.cache
+def compiled_flex_attention():
+    """torch.compile(flex_attention, dynamic=False), once per process (a kernel per shape); past Dynamo's recompile
+    limit torch would run the eager path in its place, so the limit is raised and reaching it made an error."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.config.recompile_limit = 1024
+    torch._dynamo.config.accumulated_recompile_limit = 1024
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@attention_impl(name="flex-compiled", dtypes=("float32", "bfloat16"), fused=True, compiles_per_shape=True, **FLEX)
+def flex_compiled(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None, softcap=0.0,
+                  alibi_slopes=None):
+    return flex_call(compiled_flex_attention(), q, k, v, scale=scale, causal=causal, mask=mask, bias=bias,
+                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=False,
+                     every_modification=True)
