@@ -13,7 +13,11 @@ for the eager functions it becomes an additive float mask of 0 and torch.finfo(d
 is, and the bias as its `position_bias` (T5's relative bias goes there). A mask keeps its heads' dimension (a
 model's masks have one head); a bias has the full (batch, heads, n_q, n_k) a model's has. transformers has no bias
 argument, a model builds its sinks' parameter itself and reads its softcap from a config, so the adapter checks all
-three against the protocol (impls.score_mod_checks); `scaling` is typed float and the adapter passes one.
+three against the protocol (impls.score_mod_checks); `scaling` is typed float and the adapter passes one. Gemma2's
+sliding window is masking_utils' `sliding_window_overlay(W)` over the causal mask, FlashAttention's window (W - 1,
+0): the protocol's window (left, right) is that overlay with W = left + 1, and a bounded right side (transformers'
+windows end at the diagonal) the adapter's own mask function, and-ed by masking_utils' `and_masks`, aligned
+bottom-right as the causal mask is.
 """
 
 from __future__ import annotations
@@ -32,16 +36,31 @@ def _attention_module(heads: int, heads_kv: int, head_dim: int, sinks=None) -> S
                            training=False)
 
 
-def _visible(q, k, causal: bool, mask):
+def _at_most_after(right: int):
+    """A window's right side, as a masking_utils mask function (transformers has none: its windows end at the
+    diagonal, causal)."""
+    def inner_mask(batch_idx, head_idx, q_idx, kv_idx):
+        return kv_idx <= q_idx + right
+
+    return inner_mask
+
+
+def _visible(q, k, causal: bool, mask, window=None):
     """The boolean mask (True = attend), (batch, heads or 1, n_q, n_k), or None where every key is visible."""
     import torch
-    from transformers.masking_utils import causal_mask_function, sdpa_mask
+    from transformers.masking_utils import and_masks, causal_mask_function, sdpa_mask, sliding_window_overlay
 
     batch, n_q, n_k = q.shape[0], q.shape[2], k.shape[2]
+    left, right = window if window is not None else (-1, -1)
+    functions = [causal_mask_function] if causal else []
+    if left >= 0:  # gemma2's window (W - 1, 0) is sliding_window_overlay(W) over the causal mask
+        functions.append(sliding_window_overlay(left + 1))
+    if right >= 0:
+        functions.append(_at_most_after(right))
     visible = None
-    if causal:
+    if functions:
         visible = sdpa_mask(batch_size=batch, q_length=n_q, kv_length=n_k, q_offset=n_k - n_q,
-                            mask_function=causal_mask_function, allow_is_causal_skip=False)
+                            mask_function=and_masks(*functions), allow_is_causal_skip=False)
     if mask is not None:
         mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         mask = torch.broadcast_to(mask, (batch, mask.shape[1], n_q, n_k))
@@ -60,18 +79,18 @@ def _additive(visible, bias, dtype):
 
 
 def _hf_call(forward, q, k, v, *, scale, causal, mask, bias=None, position_bias=False, sinks=None, softcap=0.0,
-             **keywords):
+             window_size=None, **keywords):
     """One call of `forward` as a model makes it; `position_bias`: the bias goes as the sdpa integration's
     `position_bias` beside the boolean mask, else into the eager functions' additive mask."""
     import torch
 
-    checked_mods(q, k, v, bias=bias, sinks=sinks, softcap=softcap)
+    mods = checked_mods(q, k, v, bias=bias, sinks=sinks, softcap=softcap, window_size=window_size)
     if softcap > 0:  # gemma2's: None is no cap, where the protocol's is 0 or negative
         keywords["softcap"] = softcap
     if bias is not None:  # a model's bias is (batch, heads, n_q, n_k), as T5's position_bias
         bias = torch.broadcast_to(bias, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
     module = _attention_module(q.shape[1], k.shape[1], q.shape[3], sinks)
-    visible = _visible(q, k, causal, mask)
+    visible = _visible(q, k, causal, mask, mods.window)
     if position_bias:
         keywords["position_bias"] = bias
         attention_mask = visible
@@ -94,11 +113,11 @@ def llama_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None):
 
 
 @attention_impl(name="hf-gemma2-eager", **HF)
-def gemma2_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, softcap=0.0):
+def gemma2_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, softcap=0.0, window_size=None):
     from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 
     return _hf_call(eager_attention_forward, q, k, v, scale=scale, causal=causal, mask=mask, bias=bias,
-                    softcap=softcap)
+                    softcap=softcap, window_size=window_size)
 
 
 @attention_impl(name="hf-gpt-oss-eager", **{**HF, "differentiable_mods": ("bias", "sinks")})

@@ -7,11 +7,16 @@ with heads and positions swapped), heads a multiple of heads_kv (GQA), d_v equal
 the protocol's unbounded side, a negative one, becomes n_k); `return_residual=True` gives the LSE as (batch, n_q,
 heads), natural log. Run op by op, XLA compiles each operation for each new shape (compiles_per_shape: the shapes
 are drawn from a fixed set). Its backward is jax.vjp of the same call. Float64 needs `jax_enable_x64`, set before
-the first call. Flax linen's dot_product_attention (flax.linen.attention) is flax's own code, not a call into
-jax.nn: q (batch, n, heads, d) with the same number of heads for q, k, v; it scales by 1/sqrt(d) itself (no scale
-keyword) and has no causal keyword: models pass its `make_attention_mask` of the positions under `>=` (top-left), as
-the adapter does. Keras' jax backend and flax nnx call jax.nn and are not records of their own. Both promote an
-integer bias and propagate a NaN one, which the protocol refuses: the adapters refuse them by the protocol's rule
+the first call. Its varlen face (protocol.faces) maps the packed sequences to `query_seq_lengths` and
+`key_value_seq_lengths`: each sequence's rows (and its first seqused_k keys) padded with zeros to (sequences,
+longest, heads, d), the padding masked by those lengths, the output gathered back to the packed rows (rows in no
+sequence 0, their LSE -inf); causal and the window are then per sequence, top-left.
+
+Flax linen's dot_product_attention (flax.linen.attention) is flax's own code, not a call into jax.nn: q (batch, n,
+heads, d) with the same number of heads for q, k, v; it scales by 1/sqrt(d) itself (no scale keyword) and has no
+causal keyword: models pass its `make_attention_mask` of the positions under `>=` (top-left), as the adapter does.
+Keras' jax backend and flax nnx call jax.nn and are not records of their own. Both promote an integer bias and
+propagate a NaN one, which the protocol refuses: the adapters refuse them by the protocol's rule
 (specs.score_mods.check_bias_values).
 """
 
@@ -23,6 +28,8 @@ from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
 from specs.score_mods import check_bias_values
+from specs.validation import AttentionInputError
+from specs.varlen import Packing, check_packing
 
 
 def _jax():
@@ -54,7 +61,8 @@ def _jax_nn_call(q, k, v, *, scale=None, causal=False, mask=None, bias=None, win
 
 
 @attention_impl(name="jax-nn", backend="peers", dtypes=("float64", "float32"), causal_alignment="top_left",
-                value_dim=False, lse=True, compiles_per_shape=True, probe=installed("jax"))
+                value_dim=False, lse=True, compiles_per_shape=True, faces=("dense", "varlen"),
+                probe=installed("jax"))
 def jax_dot_product_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None,
                               return_lse=False):
     jnp = _jax().numpy
@@ -82,6 +90,75 @@ def _jax_nn_backward(q, k, v, d_out, *, scale=None, causal=False, mask=None, bia
 
 
 jax_dot_product_attention.attention_backward = _jax_nn_backward
+
+
+def _padded_positions(packing: Packing, rows_of, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(packed row, sequence, position in it) of every row a sequence uses, in packing order."""
+    rows = [np.arange(rows_of(i).start, rows_of(i).stop) for i in range(packing.batch)]
+    sequence = np.repeat(np.arange(packing.batch), lengths)
+    position = np.concatenate([np.arange(n) for n in lengths]) if packing.batch else np.zeros(0, int)
+    return np.concatenate(rows).astype(int), sequence.astype(int), position.astype(int)
+
+
+def _jax_varlen_call(q, k, v, packing: Packing, *, scale=None, causal=False, window_size=None, residual=False):
+    """Packed jax arrays -> the packed output (and the LSE, (heads, total_q)): each sequence padded with zeros to
+    (sequences, longest, heads, d) and masked by jax.nn's `query_seq_lengths` / `key_value_seq_lengths`."""
+    jnp = _jax().numpy
+    lengths_q = np.diff(packing.cu_q)
+    lengths_k = packing.used_k
+    rows_q, seq_q, pos_q = _padded_positions(packing, packing.rows, lengths_q)
+    rows_k, seq_k, pos_k = _padded_positions(packing, packing.keys, lengths_k)
+    longest_q, longest_k = max(int(lengths_q.max(initial=0)), 1), max(int(lengths_k.max(initial=0)), 1)
+
+    def padded(x, rows, seq, pos, longest):
+        return jnp.zeros((packing.batch, longest) + x.shape[1:], x.dtype).at[seq, pos].set(x[rows])
+
+    result = _jax().nn.dot_product_attention(
+        padded(q, rows_q, seq_q, pos_q, longest_q), padded(k, rows_k, seq_k, pos_k, longest_k),
+        padded(v, rows_k, seq_k, pos_k, longest_k), scale=scale, is_causal=causal,
+        query_seq_lengths=jnp.asarray(lengths_q, jnp.int32), key_value_seq_lengths=jnp.asarray(lengths_k, jnp.int32),
+        local_window_size=_window(window_size, longest_k), implementation="xla", return_residual=residual)
+    out, lse = result if residual else (result, None)
+    packed = jnp.zeros((q.shape[0],) + out.shape[2:], out.dtype).at[rows_q].set(out[seq_q, pos_q])
+    if not residual:
+        return packed
+    packed_lse = jnp.full((q.shape[0], lse.shape[2]), -jnp.inf, lse.dtype).at[rows_q].set(lse[seq_q, pos_q])
+    return packed, packed_lse.T
+
+
+def _packing(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k) -> Packing:
+    for name, x in (("q", q), ("k", k)):
+        if np.ndim(x) != 3:
+            raise AttentionInputError(f"{name} must be packed (total, heads, dim), got shape {np.shape(x)}")
+    return check_packing(q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+
+
+def jax_nn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None, causal=False,
+                  window_size=None, seqused_k=None, return_lse=False):
+    """The varlen face (protocol.faces) through jax.nn's sequence lengths."""
+    jnp = _jax().numpy
+    packing = _packing(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+    checked_mods(q[None].swapaxes(1, 2), k[None].swapaxes(1, 2), v[None].swapaxes(1, 2), window_size=window_size)
+    result = _jax_varlen_call(*(jnp.asarray(x) for x in (q, k, v)), packing, scale=scale, causal=causal,
+                              window_size=window_size, residual=return_lse)
+    return tuple(np.asarray(x) for x in result) if return_lse else np.asarray(result)
+
+
+def _jax_nn_varlen_backward(q, k, v, d_out, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
+                            causal=False, window_size=None, seqused_k=None):
+    """dQ, dK, dV of the packed call through jax.vjp (rows no sequence uses get exactly 0: they are not read)."""
+    jax = _jax()
+    packing = _packing(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+
+    def forward(q_, k_, v_):
+        return _jax_varlen_call(q_, k_, v_, packing, scale=scale, causal=causal, window_size=window_size)
+
+    _, pullback = jax.vjp(forward, *(jax.numpy.asarray(x) for x in (q, k, v)))
+    return tuple(np.asarray(g) for g in pullback(jax.numpy.asarray(d_out)))
+
+
+jax_nn_varlen.attention_backward = _jax_nn_varlen_backward
+jax_dot_product_attention.attention_varlen = jax_nn_varlen
 
 
 @attention_impl(name="flax-linen", backend="peers", dtypes=("float64", "float32"), causal_alignment="top_left",
