@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,9 @@ import pytest
 from harness.pytest_plugin.stale_rows import record_names
 from impls.records import BUILTIN_TARGETS
 from protocol.expectations import load_table
-from protocol.registry import DEFAULT_BACKENDS, load_targets
+from protocol.registry import DEFAULT_BACKENDS, load_impl, load_targets
 from specs.reference import attention
+from specs.varlen import pack_sequences, varlen_attention
 from tools import peers_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,19 +58,116 @@ def _problem(seed=0):
     return q, k, v, mods
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_flex_adapter_maps_every_keyword_as_the_oracle_reads_it(causal):
-    pytest.importorskip("torch")
-    from impls.peers.flex import flex_eager
+def _flex(q, k, v, *, every_modification: bool, **keywords):
+    """The flex adapter on eager flex in float64: the compiled record's form (every modification passed, neutral
+    where absent) or the eager record's (only those asked for)."""
+    from torch.nn.attention.flex_attention import flex_attention
 
+    from impls.peers.flex import flex_call
+
+    keywords = {**dict(scale=None, causal=False, mask=None, bias=None, window_size=None, softcap=0.0,
+                       alibi_slopes=None), **keywords}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # flex's advice to compile
+        return flex_call(flex_attention, q, k, v, return_lse=True, every_modification=every_modification,
+                         **keywords)
+
+
+@pytest.mark.parametrize("every_modification", [False, True], ids=["as-asked", "every-modification"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_flex_adapter_maps_every_keyword_as_the_oracle_reads_it(causal, every_modification):
+    pytest.importorskip("torch")
     q, k, v, mods = _problem()
-    out, lse = flex_eager(q, k, v, causal=causal, return_lse=True, **mods)
+    out, lse = _flex(q, k, v, causal=causal, every_modification=every_modification, **mods)
     expected = attention(q, k, v, causal=causal, causal_alignment="top_left", **mods)
     np.testing.assert_allclose(out, expected.out, atol=1e-12)
     np.testing.assert_allclose(lse, expected.lse, atol=1e-12)
     if causal:  # n_q != n_k: the other alignment is another answer, so the comparison above tells them apart
         other = attention(q, k, v, causal=True, causal_alignment="bottom_right", **mods)
         assert np.abs(other.out - out).max() > 1e-3
+
+
+@pytest.mark.parametrize("asked", [dict(), dict(causal=True), dict(window_size=(2, -1)), dict(softcap=1.5),
+                                   dict(alibi_slopes=np.array([0.5, 0.25, 0.0, 1.0]))], ids=str)
+def test_the_compiled_records_neutral_modifications_change_nothing(asked):
+    """The compiled record passes every modification on every call: those the call lacks are neutral, so its
+    answer is the one each modification alone gives, to float64 rounding (eager flex, no compiling here)."""
+    pytest.importorskip("torch")
+    q, k, v, _ = _problem(seed=1)
+    expected = attention(q, k, v, causal_alignment="top_left", **asked)
+    for every_modification in (False, True):
+        out, lse = _flex(q, k, v, every_modification=every_modification, **asked)
+        np.testing.assert_allclose(out, expected.out, atol=1e-12)
+        np.testing.assert_allclose(lse, expected.lse, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window_size", [(2, 1), (1, -1), (-1, 0)])
+def test_the_gemma2_adapter_maps_the_window_bottom_right(window_size, causal):
+    """Gemma2's window through masking_utils, aligned as its causal mask (the queries last); to 1e-6, not float64
+    rounding: transformers' eager softmax runs in float32 (docs/findings/hf_eager_float32_softmax_under_float64.py).
+    Every row sees a key here: a row that sees none is a finding of its own."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from impls.peers.hf_attention import gemma2_eager
+
+    q, k, v, _ = _problem(seed=2)
+    out = gemma2_eager(*(torch.from_numpy(x) for x in (q, k, v)), causal=causal, window_size=window_size,
+                       softcap=3.0).numpy()
+    expected = attention(q, k, v, causal=causal, causal_alignment="bottom_right", window_size=window_size,
+                         softcap=3.0)
+    np.testing.assert_allclose(out, expected.out, atol=1e-6)
+    other = attention(q, k, v, causal=causal, causal_alignment="top_left", window_size=window_size, softcap=3.0)
+    assert np.abs(other.out - out).max() > 1e-3  # the test tells the two alignments apart
+
+
+NUMPY_PEERS = {  # target: the keywords it takes beyond causal, mask and bias
+    "impls.peers.jax_nn:jax_dot_product_attention": dict(scale=0.4, window_size=(2, 1)),
+    "impls.peers.jax_nn:flax_linen_attention": dict(),
+    "impls.peers.keras_numpy:keras_numpy_attention": dict(scale=0.4),
+}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("target", NUMPY_PEERS, ids=lambda target: target.split(":")[1])
+def test_the_numpy_peers_adapters_map_every_keyword_they_take(target, causal):
+    """jax.nn, flax linen and Keras' NumPy backend through their adapters (layout, mask polarity, causal top-left,
+    window as local_window_size) on a problem where each agrees with the oracle: heads_kv = heads and d_v = d (what
+    all three take), every row sees a key. To 1e-6: jax.nn and Keras compute float64 in float32
+    (docs/findings/*_float32_softmax_under_float64.py)."""
+    impl = load_impl(target)
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((2, 2, 5, 8)), rng.standard_normal((2, 2, 9, 8)), rng.standard_normal((2, 2, 9, 8))
+    mask = rng.random((2, 1, 5, 9)) > 0.3
+    mask[..., np.arange(5), np.arange(5)] = True  # row i sees key i: within its window and its causal reach
+    keywords = dict(mask=mask, bias=rng.standard_normal((1, 2, 5, 9)), **NUMPY_PEERS[target])
+    out = impl.fn(q, k, v, causal=causal, **keywords)
+    expected = attention(q, k, v, causal=causal, causal_alignment="top_left", **keywords)
+    np.testing.assert_allclose(np.asarray(out, dtype=np.float64), expected.out, atol=1e-6)
+
+
+@pytest.mark.parametrize("keywords", [dict(), dict(causal=True, scale=0.5), dict(window_size=(1, 2))], ids=str)
+def test_the_jax_varlen_adapter_maps_sequence_lengths_as_the_oracle_reads_them(keywords):
+    """jax.nn's query_seq_lengths / key_value_seq_lengths behind the varlen face: each packed sequence padded alone,
+    rows past cu_seqlens_q[-1] and keys past seqused_k (NaN, from pack_sequences) never read, to 1e-6 (jax.nn's
+    float32 softmax); every sequence has a key here (one with none is the fully-masked-row finding)."""
+    impl = load_impl("impls.peers.jax_nn:jax_dot_product_attention")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((3, 2, 6, 8)), rng.standard_normal((3, 2, 7, 8)), rng.standard_normal((3, 2, 7, 8))
+    packed = pack_sequences(q, k, v, [3, 6, 0], [4, 7, 2], unused_k=2, tail=3)
+    out, lse = impl.face("varlen")(*packed.arrays, **packed.keywords, return_lse=True, **keywords)
+    expected_out, expected_lse = varlen_attention(packed.q, packed.k, packed.v, packed.packing(),
+                                                  causal_alignment="top_left", **keywords)
+    np.testing.assert_allclose(out, expected_out, atol=1e-6)
+    np.testing.assert_allclose(lse, expected_lse, atol=1e-6)  # -inf where the oracle has it (rows in no sequence)
+    d_out = rng.standard_normal(out.shape)
+    grads = impl.face("varlen").attention_backward(packed.q, packed.k, packed.v, d_out, **dict(
+        zip(("cu_seqlens_q", "cu_seqlens_k"), packed.arrays[3:], strict=True)), **packed.keywords, **keywords)
+    assert not any(np.isnan(g).any() for g in grads), "a row no sequence uses reached the gradients"
 
 
 # -- the findings ---------------------------------------------------------------------------------------------------
@@ -81,6 +180,13 @@ def _peer_rows():
     return [row for row in load_table() if row.subject in names]
 
 
+def _found_outside_the_claims() -> set[str]:
+    """The scripts docs/peers.md lists as found while mapping a peer, by no claim's property (so by no row)."""
+    text = (ROOT / "docs" / "peers.md").read_text(encoding="utf-8")
+    section = text.split("### Found outside the claims", 1)[1].split("\n#", 1)[0]
+    return set(re.findall(r"\(findings/(\w+\.py)\)", section))
+
+
 def test_every_finding_is_a_row_naming_its_script_and_every_script_is_named():
     rows = _peer_rows()
     assert rows and _scripts()
@@ -88,7 +194,10 @@ def test_every_finding_is_a_row_naming_its_script_and_every_script_is_named():
     missing = [f"{row.subject} {row.claim}" for row, scripts in named.items()
                if not scripts or not all((FINDINGS / script).is_file() for script in scripts)]
     assert missing == [], "a peer row's `reported` names no script of docs/findings, or one that is not there"
-    assert sorted({script for scripts in named.values() for script in scripts}) == [p.name for p in _scripts()]
+    by_rows = {script for scripts in named.values() for script in scripts}
+    outside = _found_outside_the_claims()
+    assert outside and not outside & by_rows, "a finding outside the claims is no row's"
+    assert sorted(by_rows | outside) == [p.name for p in _scripts()]
 
 
 @pytest.mark.parametrize("script", _scripts(), ids=lambda path: path.stem)
