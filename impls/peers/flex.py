@@ -15,29 +15,36 @@ exactly. torch 2.13 refuses flex's backward on the CPU ("FlexAttention does not 
 neither record declares gradients: the gradient properties are not run, with that reason.
 
 Eager: float64 and float32, the LSE from `return_aux=AuxRequest(lse=True)` (natural log, (batch, heads, n_q)), and
-only the modifications a call asks for. Compiled: `torch.compile(flex_attention, dynamic=False)`, one static kernel
-per shape (the default, dynamic=None, compiles the second shape with dynamic sizes, and inductor's CPU template then
-fails to compile a mask_mod that reads a tensor: docs/findings/flex_compiled_dynamic_shapes_mask_buffer.py);
-inductor's CPU lowering takes float32, float16 and bfloat16 only and "only supports inference and `return_lse` is
-not supported yet", so the record has float32 and bfloat16 and no LSE. It passes
-every modification on every call, neutral where the protocol has none (a cap of 0 selected away, slopes and bias of
-0, windows wider than both lengths, a mask of True), so the calls of one shape and dtype share one compiled kernel.
-A scale, a Python float, would be a constant of that kernel (a kernel per value, about 4 s each here): a scale the
-call gives multiplies the score in score_mod, as a captured tensor, with flex's own scale 1 (flex's own application
-of `scale` is flex-eager's to check); without one flex applies its default 1/sqrt(d) itself.
-Dynamo's recompile limit, past which torch would quietly run the eager path instead, is raised and made an error.
+only the modifications a call asks for; its varlen face (protocol.faces) is flex's document masking: the pack as one
+sequence of one batch entry, a mask_mod letting a row see only the keys of its own document (ids and positions as
+captured vectors), causal and the window counted in positions within the document.
+
+Compiled: `torch.compile(flex_attention, dynamic=False)`, one static kernel per shape (the default, dynamic=None,
+compiles the second shape with dynamic sizes, and inductor's CPU template then fails to compile a mask_mod that
+reads a tensor: docs/findings/flex_compiled_dynamic_shapes_mask_buffer.py); inductor's CPU lowering takes float32,
+float16 and bfloat16 only and "only supports inference and `return_lse` is not supported yet", so the record has
+float32 and bfloat16 and no LSE. It passes every modification on every call, neutral where the protocol has none (a
+cap of 0 selected away, slopes and bias of 0, windows wider than both lengths, a mask of True), so the calls of one
+shape and dtype share one compiled kernel. A scale, a Python float, would be a constant of that kernel (a kernel per
+value, about 4 s each here): a scale the call gives multiplies the score in score_mod, as a captured tensor, with
+flex's own scale 1 (flex's own application of `scale` is flex-eager's to check); without one flex applies its
+default 1/sqrt(d) itself. Dynamo's recompile limit, past which torch would quietly run the eager path instead, is
+raised and made an error.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
+from specs.validation import AttentionInputError
+from specs.varlen import Packing, check_packing
 
 
 def _score_mod(scale, cap, slopes, bias):
@@ -59,14 +66,42 @@ def _score_mod(scale, cap, slopes, bias):
     return score_mod
 
 
-def _mask_mod(left, right, mask):
-    """Key kv_idx visible from query q_idx: within `left` before and `right` after it, where allowed by `mask`."""
+class Documents(NamedTuple):
+    """A pack of sequences as flex's document masks read it: each row's and each key's sequence (-1 and -2 where none:
+    the two never match) and its position in that sequence (torch int64 vectors)."""
+
+    query: object
+    key: object
+    query_position: object
+    key_position: object
+
+
+def documents_of(packing: Packing, total_q: int, total_k: int) -> Documents:
+    """The pack's documents: rows past cu_seqlens_q[-1] and keys past seqused_k belong to none."""
+    import torch
+
+    ids = [np.full(total, none, np.int64) for total, none in ((total_q, -1), (total_k, -2))]
+    positions = [np.zeros(total, np.int64) for total in (total_q, total_k)]
+    for i, rows, keys in packing.sequences():
+        for at, where in enumerate((rows, keys)):
+            ids[at][where] = i
+            positions[at][where] = np.arange(where.stop - where.start)
+    return Documents(*(torch.from_numpy(x) for x in (*ids, *positions)))
+
+
+def _mask_mod(left, right, mask, documents: Documents | None = None):
+    """Key kv_idx visible from query q_idx: within `left` before and `right` after it, where allowed by `mask`; with
+    `documents`, only a key of the query's own sequence, the window counted in positions within it."""
     def mask_mod(b, h, q_idx, kv_idx):
         visible = kv_idx >= 0  # a tensor of True: the conditions below narrow it
+        i, j = q_idx, kv_idx
+        if documents is not None:
+            visible = visible & (documents.query[q_idx] == documents.key[kv_idx])
+            i, j = documents.query_position[q_idx], documents.key_position[kv_idx]
         if left is not None:
-            visible = visible & (kv_idx >= q_idx - left)
+            visible = visible & (j >= i - left)
         if right is not None:
-            visible = visible & (kv_idx <= q_idx + right)
+            visible = visible & (j <= i + right)
         if mask is not None:
             visible = visible & mask[b, h, q_idx, kv_idx]
         return visible
@@ -100,9 +135,9 @@ def _sides(causal: bool, window) -> tuple[int | None, int | None]:
 
 
 def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap, alibi_slopes, return_lse,
-              every_modification: bool):
+              every_modification: bool, documents: Documents | None = None):
     """One flex_attention call on NumPy inputs, NumPy back; `every_modification`: each one passed, neutral where
-    the call has none (one compiled kernel per shape)."""
+    the call has none (one compiled kernel per shape); `documents`: a pack's sequences, each attending alone."""
     from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
 
     mods = checked_mods(q, k, v, bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
@@ -128,8 +163,9 @@ def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap,
                    for side in _sides(causal, mods.window))  # n_q + n_k: wider than any query-key distance
     mask_t = captured(None if mask is None else np.broadcast_to(mask, full), np.ones(full, bool))
     block_mask = None
-    if any(x is not None for x in (left, right, mask_t)):
-        block_mask = create_block_mask(_mask_mod(left, right, mask_t), batch, heads, n_q, n_k, device="cpu")
+    if any(x is not None for x in (left, right, mask_t, documents)):
+        block_mask = create_block_mask(_mask_mod(left, right, mask_t, documents), batch, heads, n_q, n_k,
+                                       device="cpu")
     aux = AuxRequest(lse=True) if return_lse else None
     qt, kt, vt = (_tensor(x) for x in (q, k, v))
     result = flex(qt, kt, vt, score_mod=_score_mod(scale_t, cap, slopes, bias_t), block_mask=block_mask,
@@ -144,16 +180,40 @@ def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap,
 FLEX = dict(backend="peers", causal_alignment="top_left", probe=installed("torch"))
 
 
-@attention_impl(name="flex-eager", dtypes=("float64", "float32"), lse=True, **FLEX)
-def flex_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None, softcap=0.0,
-               alibi_slopes=None, return_lse=False):
+def _eager_call(q, k, v, **keywords):
     from torch.nn.attention.flex_attention import flex_attention
 
     with warnings.catch_warnings():  # the eager path is the record's point: torch's advice to compile is not news
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile", category=UserWarning)
-        return flex_call(flex_attention, q, k, v, scale=scale, causal=causal, mask=mask, bias=bias,
-                         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_lse,
-                         every_modification=False)
+        return flex_call(flex_attention, q, k, v, every_modification=False, **keywords)
+
+
+@attention_impl(name="flex-eager", dtypes=("float64", "float32"), lse=True, faces=("dense", "varlen"), **FLEX)
+def flex_eager(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None, softcap=0.0,
+               alibi_slopes=None, return_lse=False):
+    return _eager_call(q, k, v, scale=scale, causal=causal, mask=mask, bias=bias, window_size=window_size,
+                       softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_lse)
+
+
+def flex_eager_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None, causal=False,
+                      window_size=None, softcap=0.0, seqused_k=None, return_lse=False):
+    """The varlen face (protocol.faces) as flex's document masks: the pack as one sequence of one batch entry, a
+    row seeing only the keys of its own document (causal and the window in positions within it)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if np.ndim(x) != 3:
+            raise AttentionInputError(f"{name} must be packed (total, heads, dim), got shape {np.shape(x)}")
+    packing = check_packing(q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            seqused_k)
+    result = _eager_call(*(np.swapaxes(x, 0, 1)[None] for x in (q, k, v)), scale=scale, causal=causal, mask=None,
+                         bias=None, window_size=window_size, softcap=softcap, alibi_slopes=None,
+                         return_lse=return_lse, documents=documents_of(packing, q.shape[0], k.shape[0]))
+    if not return_lse:
+        return np.swapaxes(result[0], 0, 1)
+    out, lse = result
+    return np.swapaxes(out[0], 0, 1), lse[0]
+
+
+flex_eager.attention_varlen = flex_eager_varlen
 
 
 @functools.cache

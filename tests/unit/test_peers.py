@@ -121,6 +121,30 @@ def test_the_gemma2_adapter_maps_the_window_bottom_right(window_size, causal):
     assert np.abs(other.out - out).max() > 1e-3  # the test tells the two alignments apart
 
 
+@pytest.mark.parametrize("keywords", [dict(), dict(causal=True), dict(window_size=(1, 2), softcap=2.0, scale=0.3)],
+                         ids=str)
+def test_the_flex_varlen_adapter_is_a_document_mask(keywords):
+    """flex's varlen face: the pack as one sequence under a mask_mod of equal document ids, positions counted within
+    each document, to float64 rounding. The rows and keys no sequence uses hold finite garbage here (pack_sequences'
+    NaN reaches every row through flex's eager path: docs/findings/flex_attention_hidden_nan_reaches_output.py);
+    a sequence with no key gives 0 and -inf."""
+    pytest.importorskip("torch")
+    from impls.peers.flex import flex_eager
+
+    rng = np.random.default_rng(5)
+    q, k, v = rng.standard_normal((3, 2, 6, 8)), rng.standard_normal((3, 1, 7, 8)), rng.standard_normal((3, 1, 7, 8))
+    packed = pack_sequences(q, k, v, [3, 6, 1], [4, 7, 0], unused_k=2, tail=3)
+    garbage = [np.nan_to_num(x, nan=1e3) for x in (packed.q, packed.k, packed.v)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out, lse = flex_eager.attention_varlen(*garbage, *packed.arrays[3:], **packed.keywords, return_lse=True,
+                                               **keywords)
+    expected_out, expected_lse = varlen_attention(packed.q, packed.k, packed.v, packed.packing(),
+                                                  causal_alignment="top_left", **keywords)
+    np.testing.assert_allclose(out, expected_out, atol=1e-12)
+    np.testing.assert_allclose(lse, expected_lse, atol=1e-12)
+
+
 NUMPY_PEERS = {  # target: the keywords it takes beyond causal, mask and bias
     "impls.peers.jax_nn:jax_dot_product_attention": dict(scale=0.4, window_size=(2, 1)),
     "impls.peers.jax_nn:flax_linen_attention": dict(),
