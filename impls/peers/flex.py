@@ -43,7 +43,7 @@ import numpy as np
 from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
-from specs.validation import AttentionInputError
+from specs.validation import AttentionInputError, resolve_scale
 from specs.varlen import Packing, check_packing
 
 
@@ -154,7 +154,7 @@ def flex_call(flex, q, k, v, *, scale, causal, mask, bias, window_size, softcap,
     # a scale in flex's own keyword is a constant of the compiled kernel (every value compiles one), so where every
     # modification is passed a scale asked for is applied in score_mod with flex's scale 1; else flex applies it
     folded = every_modification and scale is not None
-    scale_t = captured(np.asarray(scale, real) if folded else None, np.ones((), real))
+    scale_t = captured(np.asarray(resolve_scale(scale, q.shape[-1]), real) if folded else None, np.ones((), real))
     cap = captured(np.asarray(mods.softcap, real) if mods.softcap > 0 else None, np.zeros((), real))
     slopes = captured(None if alibi_slopes is None else np.broadcast_to(alibi_slopes, (batch, heads)),
                       np.zeros((batch, heads), real))
