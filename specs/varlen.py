@@ -45,6 +45,15 @@ class Packing:
         for i in range(self.batch):
             yield i, self.rows(i), self.keys(i)
 
+    def places(self, total: int, keys: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, position in it) of each of `total` packed rows of q (keys: of k and v): -1 and 0 for a row
+        no sequence uses (past cu_seqlens[-1], or a key past seqused_k)."""
+        sequence, position = np.full(total, -1, np.int64), np.zeros(total, np.int64)
+        for i in range(self.batch):
+            where = self.keys(i) if keys else self.rows(i)
+            sequence[where], position[where] = i, np.arange(where.stop - where.start)
+        return sequence, position
+
 
 def int32_vector(name: str, value: object) -> np.ndarray:
     dtype = getattr(value, "dtype", None)
@@ -101,6 +110,16 @@ def check_packing(total_q: int, total_k: int, cu_seqlens_q: object, cu_seqlens_k
                                       "sequence's keys")
         used = used_given
     return Packing(cu_q, cu_k, used)
+
+
+def packing_of(q: object, k: object, v: object, cu_seqlens_q: object, cu_seqlens_k: object, max_seqlen_q: object,
+               max_seqlen_k: object, seqused_k: object = None) -> Packing:
+    """check_packing for packed q, k and v of any array kind, which must be (total, heads, dim)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if np.ndim(x) != 3:
+            raise AttentionInputError(f"{name} must be packed (total, heads, dim), got shape {np.shape(x)}")
+    return check_packing(np.shape(q)[0], np.shape(k)[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         seqused_k)
 
 
 def sequence_kwargs(kwargs: dict, i: int) -> dict:

@@ -43,8 +43,8 @@ import numpy as np
 from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
-from specs.validation import AttentionInputError, resolve_scale
-from specs.varlen import Packing, check_packing
+from specs.validation import resolve_scale
+from specs.varlen import Packing, packing_of
 
 
 def _score_mod(scale, cap, slopes, bias):
@@ -67,8 +67,8 @@ def _score_mod(scale, cap, slopes, bias):
 
 
 class Documents(NamedTuple):
-    """A pack of sequences as flex's document masks read it: each row's and each key's sequence (-1 and -2 where none:
-    the two never match) and its position in that sequence (torch int64 vectors)."""
+    """A pack of sequences as flex's document masks read it (Packing.places as torch int64 vectors): each row's and
+    each key's sequence (-1 where none) and its position in that sequence."""
 
     query: object
     key: object
@@ -77,16 +77,10 @@ class Documents(NamedTuple):
 
 
 def documents_of(packing: Packing, total_q: int, total_k: int) -> Documents:
-    """The pack's documents: rows past cu_seqlens_q[-1] and keys past seqused_k belong to none."""
     import torch
 
-    ids = [np.full(total, none, np.int64) for total, none in ((total_q, -1), (total_k, -2))]
-    positions = [np.zeros(total, np.int64) for total in (total_q, total_k)]
-    for i, rows, keys in packing.sequences():
-        for at, where in enumerate((rows, keys)):
-            ids[at][where] = i
-            positions[at][where] = np.arange(where.stop - where.start)
-    return Documents(*(torch.from_numpy(x) for x in (*ids, *positions)))
+    (query, query_position), (key, key_position) = packing.places(total_q), packing.places(total_k, keys=True)
+    return Documents(*(torch.from_numpy(x) for x in (query, key, query_position, key_position)))
 
 
 def _mask_mod(left, right, mask, documents: Documents | None = None):
@@ -96,7 +90,7 @@ def _mask_mod(left, right, mask, documents: Documents | None = None):
         visible = kv_idx >= 0  # a tensor of True: the conditions below narrow it
         i, j = q_idx, kv_idx
         if documents is not None:
-            visible = visible & (documents.query[q_idx] == documents.key[kv_idx])
+            visible = visible & (documents.query[q_idx] == documents.key[kv_idx]) & (documents.query[q_idx] >= 0)
             i, j = documents.query_position[q_idx], documents.key_position[kv_idx]
         if left is not None:
             visible = visible & (j >= i - left)
@@ -199,11 +193,7 @@ def flex_eager_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
                       window_size=None, softcap=0.0, seqused_k=None, return_lse=False):
     """The varlen face (protocol.faces) as flex's document masks: the pack as one sequence of one batch entry, a
     row seeing only the keys of its own document (causal and the window in positions within it)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if np.ndim(x) != 3:
-            raise AttentionInputError(f"{name} must be packed (total, heads, dim), got shape {np.shape(x)}")
-    packing = check_packing(q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                            seqused_k)
+    packing = packing_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
     result = _eager_call(*(np.swapaxes(x, 0, 1)[None] for x in (q, k, v)), scale=scale, causal=causal, mask=None,
                          bias=None, window_size=window_size, softcap=softcap, alibi_slopes=None,
                          return_lse=return_lse, documents=documents_of(packing, q.shape[0], k.shape[0]))

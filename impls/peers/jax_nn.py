@@ -28,8 +28,7 @@ from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
 from specs.score_mods import check_bias_values
-from specs.validation import AttentionInputError
-from specs.varlen import Packing, check_packing
+from specs.varlen import Packing, packing_of
 
 
 def _jax():
@@ -92,22 +91,20 @@ def _jax_nn_backward(q, k, v, d_out, *, scale=None, causal=False, mask=None, bia
 jax_dot_product_attention.attention_backward = _jax_nn_backward
 
 
-def _padded_positions(packing: Packing, rows_of, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(packed row, sequence, position in it) of every row a sequence uses, in packing order."""
-    rows = [np.arange(rows_of(i).start, rows_of(i).stop) for i in range(packing.batch)]
-    sequence = np.repeat(np.arange(packing.batch), lengths)
-    position = np.concatenate([np.arange(n) for n in lengths]) if packing.batch else np.zeros(0, int)
-    return np.concatenate(rows).astype(int), sequence.astype(int), position.astype(int)
+def _used(places: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(packed row, sequence, position in it) of every row a sequence uses (Packing.places)."""
+    sequence, position = places
+    rows = np.flatnonzero(sequence >= 0)
+    return rows, sequence[rows], position[rows]
 
 
 def _jax_varlen_call(q, k, v, packing: Packing, *, scale=None, causal=False, window_size=None, residual=False):
     """Packed jax arrays -> the packed output (and the LSE, (heads, total_q)): each sequence padded with zeros to
     (sequences, longest, heads, d) and masked by jax.nn's `query_seq_lengths` / `key_value_seq_lengths`."""
     jnp = _jax().numpy
-    lengths_q = np.diff(packing.cu_q)
-    lengths_k = packing.used_k
-    rows_q, seq_q, pos_q = _padded_positions(packing, packing.rows, lengths_q)
-    rows_k, seq_k, pos_k = _padded_positions(packing, packing.keys, lengths_k)
+    lengths_q, lengths_k = np.diff(packing.cu_q), packing.used_k
+    rows_q, seq_q, pos_q = _used(packing.places(q.shape[0]))
+    rows_k, seq_k, pos_k = _used(packing.places(k.shape[0], keys=True))
     longest_q, longest_k = max(int(lengths_q.max(initial=0)), 1), max(int(lengths_k.max(initial=0)), 1)
 
     def padded(x, rows, seq, pos, longest):
@@ -126,18 +123,11 @@ def _jax_varlen_call(q, k, v, packing: Packing, *, scale=None, causal=False, win
     return packed, packed_lse.T
 
 
-def _packing(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k) -> Packing:
-    for name, x in (("q", q), ("k", k)):
-        if np.ndim(x) != 3:
-            raise AttentionInputError(f"{name} must be packed (total, heads, dim), got shape {np.shape(x)}")
-    return check_packing(q.shape[0], k.shape[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
-
-
 def jax_nn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None, causal=False,
                   window_size=None, seqused_k=None, return_lse=False):
     """The varlen face (protocol.faces) through jax.nn's sequence lengths."""
     jnp = _jax().numpy
-    packing = _packing(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+    packing = packing_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
     checked_mods(q[None].swapaxes(1, 2), k[None].swapaxes(1, 2), v[None].swapaxes(1, 2), window_size=window_size)
     result = _jax_varlen_call(*(jnp.asarray(x) for x in (q, k, v)), packing, scale=scale, causal=causal,
                               window_size=window_size, residual=return_lse)
@@ -148,7 +138,7 @@ def _jax_nn_varlen_backward(q, k, v, d_out, *, cu_seqlens_q, cu_seqlens_k, max_s
                             causal=False, window_size=None, seqused_k=None):
     """dQ, dK, dV of the packed call through jax.vjp (rows no sequence uses get exactly 0: they are not read)."""
     jax = _jax()
-    packing = _packing(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+    packing = packing_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
 
     def forward(q_, k_, v_):
         return _jax_varlen_call(q_, k_, v_, packing, scale=scale, causal=causal, window_size=window_size)

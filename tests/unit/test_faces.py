@@ -14,7 +14,7 @@ from protocol.registry import ImplLoadError, load_impl
 from specs.kv_cache import build_cache, check_kv_cache, kv_cache_attention
 from specs.reference import attention
 from specs.validation import AttentionInputError
-from specs.varlen import check_packing, pack_sequences, to_dense, varlen_attention
+from specs.varlen import check_packing, pack_sequences, packing_of, to_dense, varlen_attention
 from tests.fixtures import face_impls
 
 FIXTURES = "tests/fixtures/face_impls.py"
@@ -87,6 +87,19 @@ def test_the_varlen_oracle_is_each_sequence_alone():
     np.testing.assert_allclose(out[2:7], expected.out[0].swapaxes(0, 1), rtol=1e-12)
     np.testing.assert_allclose(lse[:, 2:7], expected.lse[0], rtol=1e-12)
     assert np.all(out[7:] == 0)
+
+
+def test_each_packed_row_has_its_place_and_rows_no_sequence_uses_have_none():
+    q, k, v = _dense()
+    packed = pack_sequences(q, k, v, [2, 0, 5], [0, 3, 7], unused_k=2, tail=3)
+    packing = packing_of(*packed.arrays, **packed.keywords)
+    sequence, position = packing.places(len(packed.q))
+    assert sequence.tolist() == [0, 0, 2, 2, 2, 2, 2, -1, -1, -1] and position.tolist()[:7] == [0, 1, 0, 1, 2, 3, 4]
+    sequence, position = packing.places(len(packed.k), keys=True)
+    assert np.flatnonzero(sequence < 0).tolist() == [0, 1, 5, 6, 14, 15, 16, 17, 18]  # NaN-poisoned, unused
+    assert sequence[2:5].tolist() == [1] * 3 and position[7:14].tolist() == list(range(7))
+    with pytest.raises(AttentionInputError, match=r"v must be packed \(total, heads, dim\), got shape"):
+        packing_of(packed.q, packed.k, packed.v[0], *packed.arrays[3:], **packed.keywords)
 
 
 def test_bad_caches_name_their_argument():
