@@ -61,7 +61,7 @@ def run_checked(trial: Trial, checker: str, blocks: dict, case: TileCase | None 
         at = f" at the tile edge case {case.name}" if case else ""
         trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}){at}: "
                    f"{defect.report.splitlines()[0]}", details=(defect.report,), script=script,
-                   claim="kernel-memory-safe" if memory else CHECKER_CLAIMS[checker])
+                   claim="kernel-memory-safe" if memory else CHECKER_CLAIMS[checker], observed={"checker": checker})
 
 
 def tile_edge_cases(variant: Variant) -> list[tuple[TileCase, Problem]]:
@@ -150,4 +150,5 @@ def test_kv_cache_face_under_the_checkers(variant, data):
                        f"{defect.report.splitlines()[0]}", details=(defect.report,),
                        script=f"from specs.kv_cache import build_cache\ncache = build_cache(q, k, v, **{plan!r})\n"
                               f"fn.cuda_kv_cache_run(*cache.arrays, **cache.keywords, **p.kwargs(), "
-                              f"executor={checker!r})", claim="kernel-memory-safe" if memory else claim)
+                              f"executor={checker!r})", claim="kernel-memory-safe" if memory else claim,
+                       observed={"checker": checker})

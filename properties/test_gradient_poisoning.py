@@ -17,8 +17,6 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, problems_for
-from harness.engine.backward import backward_of
-from harness.engine.guarded_call import CallFailed
 from properties.test_gradients import SMALL
 from properties.test_poisoning import POISONS
 from specs.problems import Problem
@@ -36,11 +34,7 @@ def _unseen_keys(trial: Trial, problem: Problem) -> np.ndarray:
 
 
 def _gradients(trial: Trial, problem: Problem, d_out: np.ndarray, call_line: str) -> tuple[np.ndarray, ...]:
-    try:
-        grads = backward_of(trial.variant.impl, *trial.inputs(problem), d_out, **problem.kwargs())
-    except CallFailed as failure:
-        trial.fail(failure.summary, problem, call_line=call_line)
-    return tuple(g.astype(np.float64) for g in grads)
+    return tuple(g.astype(np.float64) for g in trial.gradients(problem, d_out, call_line=call_line))
 
 
 def check_unseen_poison(variant, problem: Problem, poison: float) -> None:

@@ -20,8 +20,6 @@ from hypothesis import strategies as st
 from harness.api.markers import checks
 from harness.api.regime_cases import LONG_MARKER, cases, skip_unless_fits
 from harness.api.trial import Trial, problems_for
-from harness.engine.backward import backward_of
-from harness.engine.guarded_call import CallFailed
 from properties import test_regimes as forward_regimes
 from specs import regimes
 from specs.dropout_mask import keep_mask
@@ -85,11 +83,7 @@ def check_gradients(trial: Trial, problem: Problem, *, seed: int, extra: dict, w
     d_out = _d_out(problem, seed, trial.dtype)
     oracle_extra, oracle_code = _oracle_dropout(problem, extra)
     call_line = _gradient_repro(trial, seed, extra, oracle_code, wrt)
-    try:
-        grads = backward_of(trial.variant.impl, *trial.inputs(problem), d_out,
-                            **problem.handed(trial.variant.dtype).kwargs(), **extra, wrt=wrt)
-    except CallFailed as failure:
-        trial.fail(failure.summary, problem, call_line=call_line)
+    grads = trial.gradients(problem, d_out, wrt=wrt, call_line=call_line, **extra)
     exact = trial.exact_inputs(problem)
     try:
         oracle = gradient_allowance(*exact, d_out.astype(np.float64), dtype=trial.dtype,

@@ -113,7 +113,8 @@ def _expect_no_score_matrix_resident(variant) -> None:
             details=(f"from n = {n_small} to n = {n_large} ({variant.dtype}, batch 1, one head, d = 16) one call's "
                      f"peak resident memory grew by {grown / 2**20:.0f} MiB, at least a quarter of one "
                      f"{n_large} x {n_large} matrix ({4 * limit / 2**20:.0f} MiB); the unfused sequence's grew by "
-                     f"{control / 2**20:.0f} MiB",))
+                     f"{control / 2**20:.0f} MiB",),
+            observed={"resident_growth": grown, "score_matrix_bytes": 4 * limit})
 
 
 @checks("online-softmax-merge")

@@ -1,64 +1,61 @@
-"""Expected failures as rows (CONTRACT 1 extension, DESIGN.md; OpInfo's DecorateInfo): the one Row type and
-its one parser, for the built-in records' table (impls/expectations.toml, loaded by protocol.expectations) and
-for an outside implementation's own `fn.known_defects`.
+"""Known defects as declarations (CONTRACT 2; OpInfo's DecorateInfo with a prediction): the one Row type and its one
+parser, for the built-in records' table (impls/expectations.toml, loaded by protocol.expectations) and for an outside
+implementation's own `fn.known_defects`.
 
-A row names a claim *and* how it fails, so it covers that failure and nothing else. An outside
-implementation declares its rows on the function:
+A row names a claim, the dtypes and one documented deviation (specs.deviations: a named behaviour that says, for
+any call, which elements it explains and what they must be). It covers the failures that deviation explains element
+by element and nothing else: any other failure of the claim is an unexpected failure. An outside implementation
+declares its rows on the function:
 
     fn.known_defects = {
-        "sdpa-formula": {"why": "overflows on huge scores", "dtypes": ("float16",),
-                         "match": r"returned (nan|inf) at out"},
-        "rows-sum-to-one": [{...}, {...}],   # several ways of failing one claim
+        "fully-masked-rows-zero": {"why": "a fully masked row averages the values", "dtypes": ("float64",),
+                                   "deviation": "keyless-row-mean"},
+        "scale-keyword-domain": {"why": "...", "dtypes": ("float64",), "deviation": "rejects",
+                                 "raises": "TypeError", "match": r"scale must be a float"},
+        "sdpa-formula": [{...}, {...}],   # several deviations of one claim
     }
 
-`why` and `dtypes` are required; so is at least one of `match` (a regex searched in the failure's message:
-the symptom) and `properties` (names of the claim's property functions: an optional refinement, for two
-failures a message cannot tell apart); `reported` says where the defect was reported. A failure of the
-claim outside every row of it is an unexpected failure. A bare string declares nothing and is rejected,
-with this form in the message. Rows of the table must name their symptom (`match`) and where it was
-reported (`reported`).
+`why`, `dtypes` and `deviation` are required; the deviation's parameters sit beside them; `reported` says where the
+defect was reported (required in the table). `deviation` may also be a function of the call alone returning
+{output: (mask, values)} (specs.deviations.OwnDeviation). A pattern on a failure's message declares nothing but a
+raised error (`rejects`) or a checker's report (`checker-reports`): a regex over a tolerance failure would cover every
+failure of its claim whatever the cause, and is refused with this form.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-SCOPED_FORM = ('{"<claim>": {"why": "...", "dtypes": ("float64",), "match": r"regex on the failure message", '
-               '"properties": ("test_...",)}} (match or properties, or both)')
-ENTRY_FIELDS = {"why", "dtypes", "properties", "match", "reported"}
+from specs.deviations import CATALOGUE, Deviation, DeviationError, deviation_from_fields
+
+SCOPED_FORM = ('{"<claim>": {"why": "...", "dtypes": ("float64",), "deviation": "<one of specs.deviations: '
+               + ", ".join(CATALOGUE) + '>", <its parameters>}}')
+ENTRY_FIELDS = {"why", "dtypes", "deviation", "reported"}
+PARAMETERS = {name for cls in CATALOGUE.values() for name in cls.parameters}
 
 
 class DefectDeclarationError(ValueError):
-    """An expectation row (or known_defects entry) that does not say how the claim fails."""
+    """An expectation row (or known_defects entry) that does not say which deviation explains the failure."""
 
 
 @dataclass(frozen=True)
 class Row:
-    """One expected way a subject fails one claim: keyed by (subject, claim, dtype), scoped by its symptom."""
+    """One documented deviation of a subject on one claim: keyed by (subject, claim, dtype, deviation)."""
 
     subject: str  # a record's name (no [dtype]), or an outside implementation's target
     claim: str
     why: str
     dtypes: tuple[str, ...]
-    properties: tuple[str, ...] = ()  # empty: any property of the claim (then `match` is set)
-    match: str = ""  # empty: any message (then `properties` is set)
+    deviation: Deviation
     reported: str = ""  # where the defect was reported: "pytorch #101967", "here: properties/test_x.py"
 
-    def covers(self, claim: str, dtype: str, prop: str, message: str) -> bool:
-        """Whether a failure of `claim` in property `prop` on `dtype` with `message` is this row's."""
-        return (claim == self.claim and dtype in self.dtypes
-                and (not self.properties or prop in self.properties)
-                and (not self.match or re.search(self.match, message) is not None))
+    def applies(self, claim: str, dtype: str) -> bool:
+        """Whether this row declares its deviation for `claim` on `dtype`."""
+        return claim == self.claim and dtype in self.dtypes
 
     def describe(self) -> str:
-        parts = [f"dtypes {', '.join(self.dtypes)}"]
-        if self.properties:
-            parts.append(f"properties {', '.join(self.properties)}")
-        if self.match:
-            parts.append(f"message matching /{self.match}/")
-        return f"{self.claim} ({'; '.join(parts)}): {self.why}"
+        return f"{self.claim} (dtypes {', '.join(self.dtypes)}; deviation {self.deviation.describe()}): {self.why}"
 
 
 def _strings(value: object, what: str, where: str) -> tuple[str, ...]:
@@ -68,19 +65,33 @@ def _strings(value: object, what: str, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _refuse_old_scopes(entry: Mapping, where: str) -> None:
+    """A `properties` scope or a `match` without a pattern deviation: the form that hid failures, refused."""
+    if "properties" in entry:
+        raise DefectDeclarationError(f"{where}: `properties` no longer scopes a declaration (a deviation says which "
+                                     f"elements it explains, whatever property reads them); form: {SCOPED_FORM}")
+    if "match" in entry and entry.get("deviation") not in ("rejects", "checker-reports"):
+        raise DefectDeclarationError(
+            f"{where}: a pattern on the failure message (`match`) declares only a raised error (deviation 'rejects', "
+            f"with `raises`) or a checker's report ('checker-reports'): over a tolerance failure it would cover "
+            f"every failure of the claim; name the deviation that explains the elements instead: {SCOPED_FORM}")
+
+
 def parse_row(subject: str, claim: str, entry: object, dtypes_available: tuple[str, ...], where: str, *,
               table: bool = False) -> Row:
     """One validated row from `entry` (a known_defects entry, or a table row's fields but subject and claim).
-    `table`: a row of the reviewed table, which must also name its symptom and where it was reported."""
+    `table`: a row of the reviewed table, which must also say where the defect was reported."""
     if isinstance(entry, str):
         raise DefectDeclarationError(
             f"{where}: a bare string ({entry!r}) no longer declares a defect, because it would hide every "
-            f"failure of '{claim}'; say how it fails: {SCOPED_FORM}")
+            f"failure of '{claim}'; say which deviation explains it: {SCOPED_FORM}")
     if not isinstance(entry, Mapping):
         raise DefectDeclarationError(f"{where}: expected a dict, got {type(entry).__name__}; form: {SCOPED_FORM}")
-    unknown = set(entry) - ENTRY_FIELDS
+    _refuse_old_scopes(entry, where)
+    unknown = set(entry) - ENTRY_FIELDS - PARAMETERS
     if unknown:
-        raise DefectDeclarationError(f"{where}: unknown fields {sorted(unknown)}; known: {sorted(ENTRY_FIELDS)}")
+        raise DefectDeclarationError(f"{where}: unknown fields {sorted(unknown)}; known: {sorted(ENTRY_FIELDS)} and "
+                                     f"the deviations' parameters {sorted(PARAMETERS)}")
     why = entry.get("why")
     if not isinstance(why, str) or not why.strip():
         raise DefectDeclarationError(f"{where}: `why` (a sentence) is required")
@@ -91,27 +102,21 @@ def parse_row(subject: str, claim: str, entry: object, dtypes_available: tuple[s
     stray = [d for d in dtypes if d not in dtypes_available]
     if stray:
         raise DefectDeclarationError(f"{where}: dtypes {stray} are not among the implementation's {dtypes_available}")
-    properties = _strings(entry["properties"], "properties", where) if "properties" in entry else ()
-    match = entry.get("match", "")
-    if not isinstance(match, str):
-        raise DefectDeclarationError(f"{where}: `match` must be a regex string, got {match!r}")
+    if "deviation" not in entry:
+        raise DefectDeclarationError(f"{where}: `deviation` is required (the documented behaviour that explains the "
+                                     f"failure); form: {SCOPED_FORM}")
+    params = {key: value for key, value in entry.items() if key in PARAMETERS}
     try:
-        re.compile(match)
-    except re.error as exc:
-        raise DefectDeclarationError(f"{where}: `match` is not a valid regex ({exc})") from None
+        deviation = deviation_from_fields(entry["deviation"], params, where)
+    except DeviationError as exc:
+        raise DefectDeclarationError(str(exc)) from None
     reported = entry.get("reported", "")
     if not isinstance(reported, str):
         raise DefectDeclarationError(f"{where}: `reported` must be a string, got {reported!r}")
-    if table and not match:
-        raise DefectDeclarationError(f"{where}: a row of the table names its symptom: `match`, a regex on the "
-                                     f"failure message (`properties` only refine it)")
     if table and not reported.strip():
         raise DefectDeclarationError(f"{where}: `reported` is required (where the defect was reported: an "
                                      f"upstream issue, or 'here: <test or commit>')")
-    if not properties and not match:
-        raise DefectDeclarationError(f"{where}: name the properties that fail or a `match` on the failure "
-                                     f"message (or both); form: {SCOPED_FORM}")
-    return Row(subject, claim, why.strip(), dtypes, properties, match, reported.strip())
+    return Row(subject, claim, why.strip(), dtypes, deviation, reported.strip())
 
 
 def parse_known_defects(declared: object, dtypes_available: tuple[str, ...], target: str) -> tuple[Row, ...]:

@@ -15,9 +15,11 @@ its weight, and dSinks_h = -sum over batch and rows of pi_i rowsum(dO * O)_i.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from specs.reference import attention, matmul, repeat_kv
+from specs.reference import AttentionResult, attention, matmul, repeat_kv
 
 
 def sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
@@ -25,10 +27,12 @@ def sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
     return x.reshape(b, heads_kv, h // heads_kv, n, d).sum(axis=2)
 
 
-def attention_backward(q, k, v, d_out, **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_backward(q, k, v, d_out, *, model: Callable[..., AttentionResult] = attention,
+                       **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """dQ, dK, dV of <d_out, attention(q, k, v, **kwargs)> in the inputs' precision (dropout through
-    kwargs keep= and dropout_p=, as specs.reference.attention takes them)."""
-    result = attention(q, k, v, **kwargs)
+    kwargs keep= and dropout_p=, as specs.reference.attention takes them); `model`: the forward whose weights and
+    output the backward's formulas take (a documented deviation's, specs.deviations; the oracle's by default)."""
+    result = model(q, k, v, **kwargs)
     heads_kv = k.shape[1]
     group = q.shape[1] // heads_kv
     k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
@@ -49,7 +53,10 @@ def _modified_score_gradient(result, v_all: np.ndarray, d_out: np.ndarray, kwarg
     d_p = matmul(d_out, v_all.swapaxes(-1, -2))
     if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
         d_p = d_p * np.where(kwargs["keep"], 1 / (1 - kwargs["dropout_p"]), 0.0)
-    return result.weights * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
+    d_s = result.weights * (d_p - np.sum(d_out * result.out, axis=-1, keepdims=True))
+    if result.constant_rows is not None:  # weights a deviation's model holds constant: no path to the scores
+        d_s = np.where(result.constant_rows[..., None], d_s.dtype.type(0), d_s)
+    return d_s
 
 
 def reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -60,11 +67,12 @@ def reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
                  keepdims=True)
 
 
-def score_mod_gradients(q, k, v, d_out, **kwargs) -> dict[str, np.ndarray]:
+def score_mod_gradients(q, k, v, d_out, *, model: Callable[..., AttentionResult] = attention,
+                        **kwargs) -> dict[str, np.ndarray]:
     """The gradients of <d_out, attention(q, k, v, **kwargs)> with respect to the modification arrays kwargs holds:
     "bias" in the bias's own shape (summed over the axes it is broadcast along), "sinks" (heads,); in the inputs'
-    precision."""
-    result = attention(q, k, v, **kwargs)
+    precision; `model` as attention_backward's."""
+    result = model(q, k, v, **kwargs)
     grads = {}
     if kwargs.get("bias") is not None:
         v_all = repeat_kv(v, q.shape[1] // k.shape[1])

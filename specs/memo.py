@@ -3,7 +3,8 @@ same-precision baselines of the tolerance model): many implementations and prope
 oracle, and a run computes it once.
 
 A key is made of the values, never of object identities: an array by its dtype, shape and a digest of its bytes
-(so a caller that later writes to its own array cannot reach what was stored), a scalar or string by its repr.
+(so a caller that later writes to its own array cannot reach what was stored), a scalar or string by its repr, a
+module-level function by its qualified name and an object that computes something by its own `content_key()`.
 Every hit returns a deep copy of what was stored, so a caller that writes to a returned array cannot poison the
 memory either; an exception of the kinds named as results (a baseline that overflows) is remembered and raised
 again. The
@@ -46,6 +47,10 @@ def content_key(value: Any) -> Hashable:
         return ("dtype", value.str)
     if isinstance(value, _PLAIN):
         return (type(value).__name__, repr(value))
+    if callable(getattr(value, "content_key", None)):  # an object that names what it computes (a deviant model)
+        return ("named", type(value).__name__, value.content_key())
+    if callable(value) and "<" not in getattr(value, "__qualname__", "<"):  # a module's function, by its name
+        return ("function", value.__module__, value.__qualname__)
     raise NotContent(f"no content key for a {type(value).__name__}")
 
 

@@ -56,6 +56,10 @@ class AttentionResult:
     scale: float
     dropped: np.ndarray | None = None  # weights after dropout, P * keep / (1 - p); None without dropout
     mods: ScoreMods = NO_MODS  # the score modifications beyond the seeds it applied (specs.score_mods)
+    # (batch, heads, n_q) rows whose weights do not depend on the scores (None: none): the oracle has none; a
+    # documented deviation's model (specs.deviations) may, where an implementation replaces a row's scores by a
+    # constant, and then the backward gives those rows dS = 0
+    constant_rows: np.ndarray | None = None
 
     @property
     def applied_weights(self) -> np.ndarray:

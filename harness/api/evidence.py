@@ -42,6 +42,11 @@ class PropertyViolation(AssertionError):
             lines.append(f"input: {self.problem!r}")
         return "\n".join(lines)
 
+    def noted(self, note: str) -> PropertyViolation:
+        """The same violation with `note` first among its details (what the declared deviations explained)."""
+        return PropertyViolation(self.summary, impl=self.impl, problem=self.problem, details=(note, *self.details),
+                                 repro=self.repro, claim=self.claim)
+
     def counterexample(self) -> dict:
         """The JSON form written to report.json."""
         return {

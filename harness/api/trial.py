@@ -18,9 +18,12 @@ from hypothesis.control import current_build_context
 
 from harness.api.assertions import compare
 from harness.api.evidence import DeclaredViolation, PropertyViolation
+from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
 from harness.api.repro import call_line_for, index_code, repro_snippet
 from harness.engine import run_context
-from harness.engine.declarations import RUNNING, all_expected
+from harness.engine.backward import backward_of
+from harness.engine.declarations import RUNNING, all_refuted
+from harness.engine.explanation import active
 from harness.engine.guarded_call import CallFailed, as_numpy, call_in_process, checked_array, non_finite_summary
 from harness.engine.isolation import call_isolated
 from protocol.registry import Variant
@@ -105,14 +108,37 @@ class Trial:
         started = time.perf_counter()
         try:
             if impl.target in run_context.current().isolated_targets:
-                return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
-            return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
+                raw = call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
+            else:
+                raw = call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
         except CallFailed as failure:
+            if failure.kind == "raised":
+                judge_raise(self, problem, failure.summary)
             self.fail(failure.summary, problem, call_line=call_line_for(extra, global_seed=global_seed))
         finally:
             running = RUNNING.get()
             if running is not None:
                 running.call_seconds += time.perf_counter() - started
+        return judge_output(self, problem, extra, raw)
+
+    def gradients(self, problem: Problem, d_out: np.ndarray, *, wrt: tuple[str, ...] = (), call_line: str | None = None,
+                  **extra) -> tuple[np.ndarray, ...]:
+        """dQ, dK, dV (and the gradients of the modification arrays named in `wrt`) of <d_out, the implementation's
+        output on `problem`>, as harness.engine.backward.backward_of gives them; a failure fails the trial."""
+        __tracebackhide__ = True
+        started = time.perf_counter()
+        try:
+            grads = backward_of(self.variant.impl, *self.inputs(problem), d_out,
+                                **problem.handed(self.variant.dtype).kwargs(), **extra, wrt=wrt)
+        except CallFailed as failure:
+            if failure.kind == "raised":
+                judge_raise(self, problem, failure.summary)
+            self.fail(failure.summary, problem, call_line=call_line)
+        finally:
+            running = RUNNING.get()
+            if running is not None:
+                running.call_seconds += time.perf_counter() - started
+        return judge_gradients(self, problem, d_out, extra, wrt, grads)
 
     def expect_raised(self, problem: Problem, accepted: str) -> str:
         """The summary of the error the implementation raises on `problem` (a call that runs past the limit or
@@ -124,6 +150,7 @@ class Trial:
             if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
                 raise
             return violation.__context__.summary
+        judge_acceptance(self, problem, raw, accepted)
         returned = tuple(raw.shape) if hasattr(raw, "shape") else type(raw).__name__
         self.fail(f"accepted {accepted} and returned {returned} instead of raising", problem,
                   script="out = fn(q, k, v, **p.kwargs())\nprint('returned', tuple(out.shape), 'instead of raising')")
@@ -166,9 +193,13 @@ class Trial:
 
     # -- verdicts -----------------------------------------------------------
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
-             call_line: str | None = None, script: str | None = None, claim: str | None = None) -> NoReturn:
-        """Raise the violation; `claim` names the claim whose assertion failed when a property checks several."""
+             call_line: str | None = None, script: str | None = None, claim: str | None = None,
+             observed: dict | None = None) -> NoReturn:
+        """Raise the violation; `claim` names the claim whose assertion failed when a property checks several;
+        `observed`: what a property measured itself (a checker's report, a memory growth), which a declared
+        deviation may explain (harness.api.explain.judge_report)."""
         __tracebackhide__ = True
+        judge_report(summary, observed or {})
         problem = problem or self.problem
         repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
                               layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,
@@ -178,8 +209,7 @@ class Trial:
         running = RUNNING.get()
         if running is not None:
             running.count.failed()
-        if running is not None and all_expected((claim,) if claim else running.claims, self.variant,
-                                                running.prop, violation.message()):
+        if running is not None and all_refuted((claim,) if claim else running.claims, violation.message()):
             raise DeclaredViolation(summary, **fields) from None
         # from None: the violation says what failed; what it was handling (a CallFailed, say) stays in
         # __context__ without its frames in the traceback
@@ -289,11 +319,11 @@ class Trial:
         """Record the headroom, and steer the `thorough` profile towards inputs where the error nears
         its allowance."""
         running = RUNNING.get()
-        if running is not None and np.isfinite(ratio):
+        if running is not None and np.isfinite(ratio) and active() is None:
             running.passed_within(ratio)
         label = f"{what} error / allowed #{len(self._targets)}"
         self._targets.append(label)
-        if self.in_hypothesis and np.isfinite(ratio):
+        if self.in_hypothesis and np.isfinite(ratio) and active() is None:  # a second run targets nothing anew
             target(ratio, label=label)
 
 

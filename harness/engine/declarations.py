@@ -1,14 +1,13 @@
-"""Which failures are expected: scoped defect declarations and the catalogue's refutations.
+"""Which failures are expected: documented deviations and the catalogue's refutations.
 
-A failure of claim C in property P on subject S with message M is expected when
-- C is a seed sentence false as written (`holds = false`) and M matches C's `refutation`, or
-- S is an implementation variant with an expectation row covering (C, its dtype, P, M)
-  (protocol.known_defects.Row: a built-in record's rows of impls/expectations.toml, or an outside
-  implementation's `fn.known_defects`); an implementation's own defect can break a false sentence's
-  property in another way than the refutation, and then only its row covers it.
-Anything else is an unexpected failure. The plugin (verdicts) and harness.api.trial (which
-exception a failure raises, so Hypothesis keeps declared and undeclared failures apart)
-both ask this module, so the rule is written once.
+A failure of claim C in property P on subject S is expected when
+- C is a seed sentence false as written (`holds = false`) and the failure's message matches C's `refutation`
+  (harness.api.trial raises it as a DeclaredViolation), or
+- S is an implementation variant whose rows for C on its dtype (protocol.known_defects.Row: a built-in record's rows
+  of impls/expectations.toml, or an outside implementation's `fn.known_defects`) name deviations that explain the
+  failing example element by element (harness.api.explained_runs runs it again with them applied): the example is
+  then recorded here as a declared failure and does not raise.
+Anything else is an unexpected failure.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from protocol.known_defects import Row
 from protocol.registry import Variant
 from specs.catalogue import load_claims
 
@@ -43,19 +41,56 @@ class ExampleCount:
 
 
 @dataclass
+class DeclaredExample:
+    """One example whose failure the cell's deviations explained (harness.api.explained_runs)."""
+
+    claims: tuple[str, ...]  # the claims the failure belonged to
+    message: str  # the failure's message on the implementation's own outputs
+    explained: str  # what the deviations explained (harness.engine.explanation.DeviationRun.summary)
+    rows: tuple[int, ...]  # indices of the subject's rows whose deviation explained something
+    counterexample: dict
+    size: int  # elements of the example's q, k, v: the smallest is the one reported
+
+
+@dataclass
 class RunningCheck:
-    """The property being run: its function name and the claims it checks (set by the plugin), and what
-    harness.api.trial measures while it runs: examples, seconds inside the implementation's calls, headroom."""
+    """The property being run: its function name, the claims it checks and its subject (set by the plugin), and
+    what harness.api.trial measures while it runs: examples, seconds inside the implementation's calls, headroom,
+    and the examples its declared deviations explained."""
 
     prop: str
     claims: tuple[str, ...]
+    variant: Variant | None = None
     count: ExampleCount = field(default_factory=ExampleCount)
     call_seconds: float = 0.0
     headroom: float | None = None  # largest error / allowed of a passing comparison
     exhibits: list[dict] = field(default_factory=list)  # harness.api.exhibits: evidence shown in the report
+    declared: list[DeclaredExample] = field(default_factory=list)
+    # accept mode: (claim, deviation) pairs that explained an example no row did (harness.pytest_plugin.accept)
+    accepted: list[tuple[str, object]] = field(default_factory=list)
 
     def passed_within(self, ratio: float) -> None:
         self.headroom = max(self.headroom or 0.0, ratio)
+
+    def rows_for(self, claims: tuple[str, ...]):
+        """The subject's rows that declare a deviation for one of `claims` on its dtype."""
+        if self.variant is None:
+            return ()
+        return tuple(row for row in self.variant.impl.known_defects
+                     if row.claim in claims and self.variant.dtype in row.dtypes)
+
+    def declare(self, example: DeclaredExample) -> None:
+        """Keep the first explained example of each set of claims, and the smallest."""
+        same = [i for i, kept in enumerate(self.declared) if kept.claims == example.claims]
+        if not same:
+            self.declared.append(example)
+        elif example.size < self.declared[same[0]].size:
+            rows = tuple(sorted(set(self.declared[same[0]].rows) | set(example.rows)))
+            self.declared[same[0]] = DeclaredExample(example.claims, example.message, example.explained, rows,
+                                                     example.counterexample, example.size)
+        else:
+            kept = self.declared[same[0]]
+            kept.rows = tuple(sorted(set(kept.rows) | set(example.rows)))
 
 
 RUNNING: ContextVar[RunningCheck | None] = ContextVar("running_check", default=None)
@@ -63,23 +98,18 @@ RUNNING: ContextVar[RunningCheck | None] = ContextVar("running_check", default=N
 
 @dataclass(frozen=True)
 class Expected:
-    """Why a failure is expected, and the row that covers it (None for a refuted seed sentence)."""
+    """Why a failure is expected."""
 
     why: str
-    scope: Row | None = None
 
 
-def expected_failure(slug: str, subject: Variant | str, prop: str, message: str) -> Expected | None:
-    """The reason a failure of `slug` is expected on `subject`, or None if it is not."""
+def refuted(slug: str, message: str) -> Expected | None:
+    """The reason a failure of `slug` with `message` is expected because the seed's sentence is false as written."""
     claim = load_claims().get(slug)
     if claim is not None and not claim.holds and re.search(claim.refutation, message):
         return Expected(f"the seed's sentence is false as written: {claim.why}")
-    if isinstance(subject, Variant):
-        for scope in subject.impl.known_defects:
-            if scope.covers(slug, subject.dtype, prop, message):
-                return Expected(scope.why, scope)
     return None
 
 
-def all_expected(slugs: tuple[str, ...], subject: Variant | str, prop: str, message: str) -> bool:
-    return bool(slugs) and all(expected_failure(s, subject, prop, message) for s in slugs)
+def all_refuted(slugs: tuple[str, ...], message: str) -> bool:
+    return bool(slugs) and all(refuted(s, message) for s in slugs)

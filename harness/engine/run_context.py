@@ -18,6 +18,9 @@ class RunContext:
 
     timeout_s: float = 20.0  # the time limit of one implementation call (--impl-timeout)
     isolated_targets: frozenset[str] = frozenset()  # implementations whose calls run in a worker (--isolate)
+    # --accept-expectations: an example no declared deviation explains is tried against the catalogue's
+    # (harness.api.explained_runs), and what explains it is written as a row (harness.pytest_plugin.accept)
+    accept: bool = False
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

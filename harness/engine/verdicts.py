@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from harness.engine.declarations import expected_failure
+from harness.engine.declarations import DeclaredExample, refuted
 from protocol.registry import Unavailable, Variant
 from specs.catalogue import Claim
 
@@ -55,6 +55,7 @@ class Contribution:
     call_seconds: float = 0.0  # inside the implementation's calls
     headroom: float | None = None  # largest error / allowed of a passing comparison
     exhibits: list[dict] = field(default_factory=list)  # harness.api.exhibits recorded by the test
+    accepted: list[tuple[str, str, dict]] = field(default_factory=list)  # accept mode: (claim, deviation, params)
 
     def add(self, slug: str, outcome: Outcome) -> None:
         self.outcomes.append((slug, dataclasses.asdict(outcome)))
@@ -84,6 +85,8 @@ class RunState:
     headroom: dict[str, float] = field(default_factory=dict)  # subject -> largest error / allowed
     exhibits: list[dict] = field(default_factory=list)  # harness.api.exhibits, each with its claims and subject
     builtin: frozenset[str] = frozenset()  # the targets of the project's records (their rows must all be caught)
+    # accept mode: (variant name, claim) -> the deviations (name, params) that explained what no row did
+    accepted: dict[tuple[str, str], list[tuple[str, dict]]] = field(default_factory=lambda: defaultdict(list))
     started: float = field(default_factory=time.monotonic)
     report: dict | None = None
 
@@ -101,29 +104,48 @@ class RunState:
         for slug, data in contribution.outcomes:
             self.outcomes[(slug, subject)].append(Outcome(**data))
         self.triggered |= {(subject, index) for index in contribution.triggered}
+        for claim, name, params in contribution.accepted:
+            if (name, params) not in self.accepted[(subject, claim)]:
+                self.accepted[(subject, claim)].append((name, params))
         self.exhibits += [{**item, "claims": [slug for slug, _ in contribution.outcomes], "impl": subject}
                           for item in contribution.exhibits]
 
 
-def blame(slugs: tuple[str, ...], subject: Variant | str, prop: str,
-          failures: list[tuple[str | None, str]]) -> tuple[dict[str, Outcome], list[int]]:
-    """One failed outcome per claim the failures belong to, each marked expected when declared, and the
-    indices of the subject's declarations that matched. `failures` holds (claim named by the failure or
-    None, message): a failure naming one of `slugs` is that claim's alone."""
-    blamed: dict[str, list[str]] = {}
-    for claim, message in failures:
+def blame(slugs: tuple[str, ...], prop: str,
+          failures: list[tuple[str | None, str, bool]]) -> dict[str, Outcome]:
+    """One failed outcome per claim the failures belong to. `failures` holds (claim named by the failure or None,
+    message, whether it was raised as a refuted seed sentence's): a failure naming one of `slugs` is that claim's
+    alone. A claim's outcome is expected only when each of its failures is a refutation of it (declared deviations
+    never raise: their examples are `declared_outcomes`)."""
+    blamed: dict[str, list[tuple[str, bool]]] = {}
+    for claim, message, declared in failures:
         for slug in ((claim,) if claim in slugs else slugs):
-            blamed.setdefault(slug, []).append(message)
-    outcomes, triggered = {}, []
-    for slug, messages in blamed.items():
-        reasons = [expected_failure(slug, subject, prop, m) for m in messages]
+            blamed.setdefault(slug, []).append((message, declared))
+    outcomes = {}
+    for slug, items in blamed.items():
+        reasons = [refuted(slug, message) if declared else None for message, declared in items]
         outcome = Outcome("fail", "", prop, expected=all(reasons),
-                          undeclared=[m for m, reason in zip(messages, reasons, strict=True) if not reason])
+                          undeclared=[m for (m, _), reason in zip(items, reasons, strict=True) if not reason])
         if outcome.expected:
             outcome.why = reasons[0].why
-            triggered += [subject.impl.known_defects.index(r.scope) for r in reasons if r.scope is not None]
         outcomes[slug] = outcome
-    return outcomes, triggered
+    return outcomes
+
+
+def declared_outcomes(slugs: tuple[str, ...], prop: str, nodeid: str, examples: list[DeclaredExample],
+                      rows: tuple) -> dict[str, Outcome]:
+    """The expected failures of a property whose failing examples its declared deviations explained: per claim,
+    the smallest such example, why its rows say it fails."""
+    outcomes = {}
+    for example in examples:
+        why = "; ".join(dict.fromkeys(rows[i].why for i in example.rows))
+        for slug in example.claims:
+            if slug not in slugs:
+                continue
+            detail = f"{example.message}\n(declared: {example.explained})"
+            outcomes.setdefault(slug, Outcome("fail", nodeid, prop, detail, example.counterexample, expected=True,
+                                              why=why))
+    return outcomes
 
 
 def aggregate(outcomes: list[Outcome]) -> dict:
@@ -158,7 +180,8 @@ def _short(name: str) -> str:
 
 
 def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
-    """Declarations whose properties all ran on their dtype, at least one not skipped, none caught."""
+    """Declarations whose claim's properties all ran on their dtype, at least one not skipped, and whose deviation
+    explained no failing example."""
     uncaught = []
     for variant in state.variants:
         for index, scope in enumerate(variant.impl.known_defects):
@@ -168,7 +191,7 @@ def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
             claim = state.claims.get(scope.claim)
             if claim is not None and not claim.holds and any(o.expected for o in outcomes):
                 continue  # a false seed sentence, refuted on this subject: the declaration had nothing left to cover
-            named = {_short(p) for p in scope.properties or state.registered.get(scope.claim, ())}
+            named = {_short(p) for p in state.registered.get(scope.claim, ())}
             collected = {_short(p) for p in state.collected.get((scope.claim, variant.name), ())}
             ran = [o for o in outcomes if o.prop in named and o.status != "skip"]
             if named <= collected and ran:
@@ -180,15 +203,6 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
     """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
     (the run is reproducible, so the record's declaration is wrong: exit 1)."""
     fatal = False
-    # stray property names in an outside implementation's declarations (the built-ins' rows: tests/)
-    outside = {variant.impl for variant in state.variants if variant.impl.target not in state.builtin}
-    for impl in outside:
-        for scope in impl.known_defects:
-            registered = {_short(name) for name in state.registered.get(scope.claim, ())}
-            strays = sorted(set(scope.properties) - registered)
-            if strays:
-                state.warnings.append(f"WARNING: {impl.name} declares properties {strays} for '{scope.claim}', "
-                                      f"which are not among its properties collected here: {sorted(registered)}")
     for variant, declaration in uncaught_declarations(state):
         error = variant.impl.target in state.builtin and derandomized
         fatal |= error

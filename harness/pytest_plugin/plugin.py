@@ -7,10 +7,11 @@
 - Verdicts: each test's outcome is attributed to its claims (the `claims`
   marker) and subject (the variant, or the marker's subject); a failure that
   names the claim whose assertion failed is attributed to that claim alone. A
-  failure is expected only when a scoped declaration covers it (claim, dtype,
-  property, message: protocol.known_defects) or it matches the `refutation` of a claim
-  the catalogue marks `holds = false` (harness.engine.declarations); it is reported as
-  a bug report and shown as XFAIL. Any other failure exits 1.
+  failure is expected only when the subject's declared deviations explain its
+  example element by element (harness.api.explained_runs: the example is then
+  recorded, not raised) or it matches the `refutation` of a claim the catalogue
+  marks `holds = false` (harness.engine.declarations); it is reported as a bug
+  report and shown as XFAIL. Any other failure exits 1.
 - A declaration that the run exercised (all the properties it names ran on its
   dtype) without catching anything is reported: an error (exit 1) for built-in
   records under a derandomized profile (`ci`), a warning otherwise.
@@ -27,14 +28,22 @@ import time
 import pytest
 from hypothesis import settings
 
-from harness.api.evidence import PropertyViolation
+from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.markers import ORACLE, PROPERTIES
 from harness.api.regime_cases import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
 from harness.engine import run_context
 from harness.engine.declarations import RUNNING, RunningCheck
-from harness.engine.verdicts import USER_PROPERTY, Contribution, Outcome, RunState, blame, judge_declarations
+from harness.engine.verdicts import (
+    USER_PROPERTY,
+    Contribution,
+    Outcome,
+    RunState,
+    blame,
+    declared_outcomes,
+    judge_declarations,
+)
 from harness.pytest_plugin.accept import write_accepted
-from harness.pytest_plugin.stale_rows import record_names, stale_rows, suite_properties
+from harness.pytest_plugin.stale_rows import record_names, stale_rows
 from harness.pytest_plugin.worker_threads import one_thread_per_worker
 from harness.reporting.kernel_resources import summary_line, wanted
 from harness.reporting.report import build_report, write_report
@@ -124,7 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--claims names unknown claims {sorted(unknown)}")
     run_context.install(run_context.RunContext(
         timeout_s=config.getoption("impl_timeout"),
-        isolated_targets=isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config)))))
+        isolated_targets=isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config))),
+        accept=bool(config.getoption("accept_expectations"))))
     state = RunState(variants(impls), unavailable, claims, builtin=frozenset(builtin_targets(config)))
     config.stash[STATE] = state
     config.pluginmanager.register(_Collector(state), "attention-verdicts")
@@ -133,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _stop_at_stale_rows(claims: dict, builtin: tuple[str, ...]) -> None:
     """Stop the run before it starts when a row of the expectations table names a property, claim or subject
     that no longer exists (harness.pytest_plugin.stale_rows)."""
-    problems = stale_rows(load_table(), claims, suite_properties(), record_names(builtin))
+    problems = stale_rows(load_table(), claims, record_names(builtin))
     if problems:
         named = ", ".join(path.name for path in tables())
         raise pytest.UsageError(f"{named} has rows naming what no longer exists (update those rows):\n  "
@@ -264,7 +274,9 @@ def pytest_runtest_call(item: pytest.Item):
     """Tell harness.api.trial which property and claims are running (it picks the violation's type and
     records the time in calls and the headroom there)."""
     found = _claims_and_subject(item)
-    running = RunningCheck(item.originalname, found[0]) if found else None
+    running = None
+    if found:
+        running = RunningCheck(item.originalname, found[0], found[1] if isinstance(found[1], Variant) else None)
     item.stash[RUNNING_CHECK] = running
     token = RUNNING.set(running)
     try:
@@ -275,7 +287,7 @@ def pytest_runtest_call(item: pytest.Item):
 
 def _failure_outcomes(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport, slugs, subject,
                       contribution: Contribution) -> None:
-    """The failed test's outcomes, one per claim it is blamed on, declared or not."""
+    """The failed test's outcomes, one per claim it is blamed on, refuted or not."""
     state = item.config.stash[STATE]
     failures = _failures(call.excinfo)
     violation = next((f for f in failures if isinstance(f, PropertyViolation)), None)
@@ -285,8 +297,9 @@ def _failure_outcomes(item: pytest.Item, call: pytest.CallInfo, report: pytest.T
     else:
         detail = call.excinfo.exconly()[:2000] if call.excinfo else report.longreprtext[-2000:]
         counterexample = _falsifying_example(report.longreprtext)
-    messages = [(getattr(f, "claim", None), _message(f)) for f in failures] or [(None, detail)]
-    outcomes, contribution.triggered = blame(slugs, subject, item.originalname, messages)
+    messages = [(getattr(f, "claim", None), _message(f), isinstance(f, DeclaredViolation)) for f in failures] \
+        or [(None, detail, False)]
+    outcomes = blame(slugs, item.originalname, messages)
     report.sections.append(("claim", _claim_section(state, tuple(outcomes))))
     running = item.stash.get(RUNNING_CHECK, None)
     for slug, outcome in outcomes.items():
@@ -296,6 +309,25 @@ def _failure_outcomes(item: pytest.Item, call: pytest.CallInfo, report: pytest.T
     if all(o.expected for o in outcomes.values()):
         report.outcome = "skipped"
         report.wasxfail = f"declared: {next(iter(outcomes.values())).why}"
+
+
+def _declared_outcomes(item: pytest.Item, report: pytest.TestReport, slugs, subject,
+                       contribution: Contribution) -> bool:
+    """The outcomes of the examples the test's declared deviations explained (none: False); a test that otherwise
+    passed is shown as XFAIL."""
+    running = item.stash.get(RUNNING_CHECK, None)
+    if running is None or not running.declared or not isinstance(subject, Variant):
+        return False
+    contribution.triggered = sorted({index for example in running.declared for index in example.rows})
+    outcomes = declared_outcomes(slugs, item.originalname, item.nodeid, running.declared,
+                                 subject.impl.known_defects)
+    for slug, outcome in outcomes.items():
+        outcome.examples_to_failure = running.count.first_failure
+        contribution.add(slug, outcome)
+    if report.passed:
+        report.outcome = "skipped"
+        report.wasxfail = f"declared: {next(iter(outcomes.values())).why}" if outcomes else "declared"
+    return bool(outcomes)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -315,13 +347,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when == "call" and running is not None:
         contribution.call_seconds, contribution.headroom = running.call_seconds, running.headroom
         contribution.exhibits = running.exhibits
+        contribution.accepted = [(claim, deviation.name, deviation.params) for claim, deviation in running.accepted]
     concluded = report.when == "call" or (report.when == "setup" and not report.passed) or report.failed
     status = {"passed": "pass", "skipped": "skip"}.get(report.outcome, "fail")
     if report.failed and report.when != "call":
         status = "error"
+    declared = report.when == "call" and status in ("pass", "fail") and _declared_outcomes(
+        item, report, slugs, subject, contribution)
     if concluded and status == "fail":
         _failure_outcomes(item, call, report, slugs, subject, contribution)
-    elif concluded:
+    elif concluded and not declared:
         outcome = Outcome(status, item.nodeid, item.originalname)
         if status == "skip":
             outcome.detail = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
@@ -364,15 +399,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _accept(path: str | None, state: RunState) -> bool:
     """--accept-expectations: write the measured rows (harness.pytest_plugin.accept); True when that failed the run
-    (not the derandomized ci profile: nothing written; or a generated symptom that is not specific)."""
+    (not the derandomized ci profile: nothing written; or a failure no documented deviation explains)."""
     if not path:
         return False
     if not settings.default.derandomize:
         state.warnings.append("ERROR: --accept-expectations needs the derandomized ci profile (HYPOTHESIS_PROFILE=ci "
                               f"or --hypothesis-profile ci): nothing written to {path}")
         return True
-    problems = write_accepted(path, state.variants, state.outcomes, state.builtin)
-    state.warnings += [f"ERROR: accepted row {problem}: not a specific symptom, edit it" for problem in problems]
+    problems = write_accepted(path, state)
+    state.warnings += [f"ERROR: {problem}" for problem in problems]
     state.warnings.append(f"WARNING: measured rows written to {path}: review its diff against the table")
     return bool(problems)
 

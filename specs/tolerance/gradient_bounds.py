@@ -17,6 +17,7 @@ from specs.tolerance.model import (
     SAFETY,
     SUPPORTED_DTYPES,
     Allowance,
+    Model,
     ToleranceUndefined,
     _first_order_terms,
     _merge_magnitude,
@@ -76,6 +77,8 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
     e_d = ((gamma(d_v) + stored_u) * np.sum(abs_do * np.abs(result.out), axis=-1, keepdims=True)
            + np.sum(abs_do * (relative + gamma(n_k)) * w_abs_v, axis=-1, keepdims=True))
     centred = np.abs(d_p - row_dot)
+    if result.constant_rows is not None:  # a deviation's model: rows whose weights do not depend on the scores
+        centred = np.where(result.constant_rows[..., None], 0.0, centred)
     d_s = p * centred
     e_ds = (relative + 2 * u) * d_s + p * (e_dp + e_d)
     abs_k, abs_q = np.abs(k_all), np.abs(q)
@@ -98,7 +101,8 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
             mod_magnitudes)
 
 
-def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> GradientOracle:
+def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, model: Model = attention,
+                       **kwargs) -> GradientOracle:
     """The float64 gradients of <d_out, attention(q, k, v, **kwargs)> and the error allowed to an
     implementation computing them in `dtype` (q, k, v, d_out: the values it received, in float64).
 
@@ -111,20 +115,21 @@ def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, **kwargs) -> Gr
     as stored in `dtype` (FlashAttention's backward reads O back: u sum |dO||O| each), plus storage rounding in
     `dtype`: u |grad| twice (the result and one rounded operand such as P or dS) and u times the gradient's
     magnitude |dS||K|, |dS|^T|Q|, W^T|dO| (FlashAttention rounds P and dS to `dtype` before the products).
+    `model`: the forward whose backward is bounded, the oracle's by default (specs.tolerance.model.Model).
     """
 
     dtype = numpy_dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
         raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
     # a pure function of the inputs: computed once per distinct problem (specs.memo)
-    return _GRADIENT_MEMO(q, k, v, d_out, dtype.name, kwargs)
+    return _GRADIENT_MEMO(q, k, v, d_out, dtype.name, kwargs, model)
 
 
-def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict) -> GradientOracle:
+def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Model = attention) -> GradientOracle:
     dtype = numpy_dtype(dtype_name)
-    result = attention(q, k, v, **kwargs)
-    grads = attention_backward(q, k, v, d_out, **kwargs)
-    mod_grads = score_mod_gradients(q, k, v, d_out, **kwargs)
+    result = model(q, k, v, **kwargs)
+    grads = attention_backward(q, k, v, d_out, model=model, **kwargs)
+    mod_grads = score_mod_gradients(q, k, v, d_out, model=model, **kwargs)
     bias_shape = np.shape(kwargs["bias"]) if "bias" in mod_grads else None
     n_k, d = k.shape[2], q.shape[3]
     row_magnitude, _, _ = _first_order_terms(result, q, k, v)
@@ -149,8 +154,8 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict) -> Gradie
                                  "on this input")
     low = tuple(x.astype(dtype) for x in (q, k, v, d_out))
     with np.errstate(all="ignore"):
-        naive = attention_backward(*low, **kwargs)
-        naive_mods = score_mod_gradients(*low, **kwargs) if mod_grads else {}
+        naive = attention_backward(*low, model=model, **kwargs)
+        naive_mods = score_mod_gradients(*low, model=model, **kwargs) if mod_grads else {}
     if not all(np.all(np.isfinite(g)) for g in (*naive, *naive_mods.values())):
         raise ToleranceUndefined(f"the naive {dtype} backward overflows on this input")
     u = unit_roundoff(dtype)

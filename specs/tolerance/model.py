@@ -115,6 +115,7 @@ class ToleranceUndefined(ValueError):
 
 
 Term = tuple[str, "np.ndarray | float"]  # a named part of an allowance, shaped like (or broadcasting to) its bound
+Model = Callable[..., AttentionResult]  # attention(q, k, v, **kwargs) or a documented deviation's model of it
 
 
 def merged_terms(*groups: tuple[Term, ...]) -> tuple[Term, ...]:
@@ -316,16 +317,16 @@ def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np
 
 def _low_precision_bound(
     result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype: np.dtype, kwargs: dict,
-    past_range: bool = False,
+    past_range: bool = False, model: Model = attention,
 ) -> Allowance:
     with np.errstate(all="ignore"):
-        naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).out
+        naive = model(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).out
     baseline = term = f"naive {dtype}"
     if not np.all(np.isfinite(naive)) and past_range:
         # the scores leave the dtype's range: no same-precision formula is finite, but a kernel that stores in
         # `dtype` and computes in float32 (FlashAttention's design, the floor's model) is: it is the baseline
         with np.errstate(all="ignore"):
-            inside = attention(*(x.astype(dtype).astype(np.float32) for x in (q, k, v)), **kwargs).out
+            inside = model(*(x.astype(dtype).astype(np.float32) for x in (q, k, v)), **kwargs).out
             naive = inside.astype(dtype)
         baseline = f"{dtype} storage, float32 inside (the naive {dtype} formula overflows here)"
         term = f"{dtype}-storage float32-inside"
@@ -350,6 +351,7 @@ def forward_allowance(
     dtype: np.dtype | str,
     oracle: AttentionResult | None = None,
     past_range: bool = False,
+    model: Model = attention,
     **kwargs,
 ) -> tuple[AttentionResult, Allowance]:
     """The float64 oracle for these inputs and the error allowed to an impl computing in `dtype`.
@@ -359,29 +361,34 @@ def forward_allowance(
     charged to the implementation. Where the naive `dtype` formula overflows the rule has no baseline
     (ToleranceUndefined), unless past_range: then the baseline is the formula with `dtype` storage and
     float32 inside, the bound a kernel that keeps its scores in float32 must meet past `dtype`'s range.
+    `model`: the formula the rule is applied to, the oracle's by default; a documented deviation's model
+    (specs.deviations) is judged by the same rule, its float64 result in place of the oracle's and its naive
+    `dtype` run in place of the naive formula's.
     """
     dtype = numpy_dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
         raise ValueError(f"no tolerance rule for dtype {dtype}; supported: {SUPPORTED_DTYPES}")
     if oracle is None:  # a pure function of the inputs: computed once per distinct problem (specs.memo)
-        return _FORWARD_MEMO(q, k, v, dtype.name, past_range, kwargs)
-    return _forward_allowance(q, k, v, dtype.name, past_range, kwargs, oracle)
+        return _FORWARD_MEMO(q, k, v, dtype.name, past_range, kwargs, model)
+    return _forward_allowance(q, k, v, dtype.name, past_range, kwargs, model, oracle)
 
 
 def _forward_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype_name: str, past_range: bool, kwargs: dict,
+                       model: Model = attention,
                        oracle: AttentionResult | None = None) -> tuple[AttentionResult, Allowance]:
     dtype = numpy_dtype(dtype_name)
-    result = oracle if oracle is not None else attention(q, k, v, **kwargs)
+    result = oracle if oracle is not None else model(q, k, v, **kwargs)
     if dtype == np.float64:
         return result, _a_priori_bound(result, q, k, v)
-    return result, _low_precision_bound(result, q, k, v, dtype, kwargs, past_range)
+    return result, _low_precision_bound(result, q, k, v, dtype, kwargs, past_range, model)
 
 
 _FORWARD_MEMO = Memo(_forward_allowance, raised=(ToleranceUndefined,))
 
 
 def lse_allowance(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, dtype: np.dtype | str, oracle: AttentionResult, **kwargs
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, dtype: np.dtype | str, oracle: AttentionResult,
+    model: Model = attention, **kwargs
 ) -> Allowance:
     """Allowed |lse_i - oracle lse_i| (shape (..., n_q)) for an implementation computing in `dtype`.
 
@@ -389,7 +396,7 @@ def lse_allowance(
     sum's relative error (n_k u, plus 1 ulp of exp and log), the final sum 1 ulp
     of |lse|. float64: SAFETY * ((d + 6) u A_i + (n_k + 4) u + u |lse_i|).
     Lower precisions: K_FORWARD x the naive formula's largest lse error plus
-    sqrt(d) u A_i + (n_k + 4) u + u |lse_i|, as for the output.
+    sqrt(d) u A_i + (n_k + 4) u + u |lse_i|, as for the output. `model` as forward_allowance's, `oracle` its result.
     """
     dtype = numpy_dtype(dtype)
     u = unit_roundoff(dtype)
@@ -407,7 +414,7 @@ def lse_allowance(
         return Allowance(SAFETY * ((d + 6) * u * row_magnitude + modification + (n_k + 4) * u + u * magnitude),
                          "float64 lse: 2*((d+6)u*A_i + (n_k+4)u + u|lse_i|)", terms)
     with np.errstate(all="ignore"):
-        naive = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
+        naive = model(q.astype(dtype), k.astype(dtype), v.astype(dtype), **kwargs).lse.astype(np.float64)
     if not np.all(np.isfinite(naive) == finite):
         raise ToleranceUndefined(f"the naive {dtype} log-sum-exp overflows on this input")
     naive_error = float(np.max(np.abs(np.where(finite, naive - oracle.lse, 0.0)), initial=0.0))

@@ -1,0 +1,53 @@
+"""The deviations accept mode tries on a failing example nothing declared explains, narrowest first: a raised error
+becomes `rejects` with its type and the start of its text, a checker's report `checker-reports`, an accepted bad
+input each documented reading, a measurement of resident memory `keeps-score-matrix`; any other failure each
+parameter setting of the catalogue's deviations that need no parameter from the failure."""
+
+from __future__ import annotations
+
+import re
+
+from harness.api.evidence import PropertyViolation
+from specs.deviations import CATALOGUE, Deviation
+from specs.deviations.errors import ACCEPTS_READS, CheckerReports
+
+# the parameter settings tried for deviations whose parameters the failure does not give
+SETTINGS: dict[str, tuple[dict, ...]] = {
+    "keyless-row-mean": ({"masked_scores": "added"}, {"masked_scores": "replaced"}),
+    "hidden-nonfinite-reaches-rows": tuple({"through": through, "across": across}
+                                           for through in (["values"], ["keys"], ["values", "keys"])
+                                           for across in ("sequence", "pack")),
+    "keyless-lse-finite": ({"fill": -0.7 * 3.4028234663852886e38},),
+}
+NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone")
+RAISED = re.compile(r"^the implementation raised (\w+): (.*)")
+REPORTED = re.compile(r"^(memcheck|racecheck|synccheck) reports a defect in [^:]*: (.*)")
+WORDS = 8  # of an error's text, in the pattern accept mode writes
+
+
+def _pattern(text: str) -> str:
+    """A regex of the first words of `text`, numbers generalised, under 200 characters."""
+    words = text.splitlines()[0].split()[:WORDS]
+    escaped = re.escape(" ".join(words))
+    return re.sub(r"\d+", r"\\d+", escaped)[:160]
+
+
+def candidates(failure: PropertyViolation) -> list[Deviation]:
+    """What accept mode tries for `failure`, narrowest first."""
+    raised = RAISED.match(failure.summary)
+    if raised:
+        return [CATALOGUE["rejects"](raises=raised.group(1), match=_pattern(raised.group(2)))]
+    reported = REPORTED.match(failure.summary)
+    if reported:
+        return [CheckerReports(checker=reported.group(1), match=_pattern(reported.group(2)))]
+    if failure.summary.startswith("accepted "):
+        return [CATALOGUE["accepts"](reads=reads) for reads in ACCEPTS_READS]
+    if failure.summary.startswith("peak resident memory"):
+        return [CATALOGUE["keeps-score-matrix"]()]
+    found = []
+    for name, cls in CATALOGUE.items():
+        if name in NEEDS_THE_FAILURE:
+            continue
+        for params in SETTINGS.get(name, ({},)):
+            found.append(cls(**params))
+    return found

@@ -1,0 +1,371 @@
+"""How a call is judged in deviation mode (harness.engine.explanation): against the cell's documented deviations,
+element by element, with the one tolerance model (specs.tolerance, applied to the deviations' model).
+
+For each call the property makes in the second run of a failing example:
+- the elements a deviation explains (where its model differs from the oracle, every element for a precision, the
+  elements it says a poison reaches, those it predicts directly) must be what it predicts: within the tolerance
+  model's allowance for its model (plus its own extra allowance), or non-finite where it says so;
+- every other element is judged against the oracle as before (within the allowance, non-finite only where the
+  oracle is);
+- a poisoned call whose deviation replaces the poison is also made again with finite garbage in its place, and that
+  call is judged as any other;
+- the property then sees the oracle's values in place of the explained elements, so what it checks next is checked
+  on what a conforming implementation returns.
+An element outside this fails the property with a message naming the deviations and what they explained.
+A raised error, an accepted bad input or a property's own report (a checker's, a measurement) that a deviation
+explains ends the second run as explained (ExplainedStop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from harness.engine.explanation import DeviationRun, ExplainedStop, active
+from harness.engine.guarded_call import as_numpy
+from specs.deviations import Call, DeviantModel, Deviation, finite_garbage
+from specs.gradients import attention_backward, score_mod_gradients
+from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance, lse_allowance
+from specs.validation import AttentionInputError
+
+NOT_JUDGED = ("dropout_p", "dropout_seed")  # calls whose outputs the oracle does not give without the mask
+GRADIENT_NAMES = {"dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dBias", "dsinks": "dSinks"}
+
+
+def deviation_call(trial, problem, *, d_out: np.ndarray | None = None) -> Call:
+    """The call as its deviations read it: the values the implementation received (float64), its problem's
+    keywords as handed, its dtype and causal alignment."""
+    q, k, v = trial.exact_inputs(problem)
+    return Call(q, k, v, problem.handed(trial.variant.dtype).kwargs(), trial.variant.dtype,
+                trial.variant.capabilities.causal_alignment, None if d_out is None else d_out.astype(np.float64))
+
+
+def _where(mask: np.ndarray, name: str) -> str:
+    """'out rows [(0, 1, 2), (0, 1, 3)] (6 elements)': the first rows a mask touches."""
+    if mask.ndim < 2:
+        picked = [int(i) for i in np.argwhere(mask)[:3, 0]] if mask.ndim else []
+        return f"{name} {picked}"
+    rows = sorted({tuple(int(i) for i in index[:-1]) for index in np.argwhere(mask)})
+    shown = ", ".join(map(str, rows[:3])) + (", ..." if len(rows) > 3 else "")
+    return f"{name} rows [{shown}] ({int(mask.sum())} elements)"
+
+
+def _judging_dtype(deviations: tuple[Deviation, ...], dtype: str) -> str:
+    for deviation in deviations:
+        judged = deviation.judging_dtype(dtype)
+        if judged != dtype:
+            return judged
+    return dtype
+
+
+def _differs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return ~((a == b) | (np.isnan(a) & np.isnan(b)))
+
+
+def _bad(got: np.ndarray, expected: np.ndarray, allowed: np.ndarray, non_finite: np.ndarray) -> np.ndarray:
+    """Elements outside their prediction: non-finite where `non_finite`; else equal where `expected` is infinite,
+    non-finite where it is NaN, within `allowed` of it elsewhere."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        within = np.abs(got - expected) <= allowed
+    finite = np.isfinite(expected)
+    ok = np.where(finite, within, np.where(np.isnan(expected), ~np.isfinite(got), got == expected))
+    return ~np.where(non_finite, ~np.isfinite(got), ok)
+
+
+def _fail(trial, problem, what: str, got, expected, allowed, non_finite, bad, run: DeviationRun) -> None:
+    __tracebackhide__ = True
+    worst = tuple(int(i) for i in np.argwhere(bad)[0])
+    place = f"{what}[{', '.join(map(str, worst))}]"
+    if non_finite[worst]:
+        detail = f"{place}: got {float(got[worst])!r}, which a declared deviation says is non-finite"
+    else:
+        detail = (f"{place}: got {float(got[worst])!r}, expected {float(expected[worst])!r}, allowed "
+                  f"{float(allowed[worst]):.3g}")
+    trial.fail(f"{what} differs from what the declared deviations predict beyond the tolerance", problem,
+               details=(detail, f"elements outside the prediction: {int(bad.sum())} of {bad.size}"))
+
+
+class _Judged:
+    """One output of one call: its prediction, the elements each deviation explains, the oracle's values."""
+
+    def __init__(self, name: str, got: np.ndarray, reference: np.ndarray, expected: np.ndarray,
+                 allowed: np.ndarray) -> None:
+        self.name, self.got, self.reference = name, got, reference
+        self.expected = np.array(expected, dtype=np.float64)
+        self.allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), got.shape).copy()
+        self.non_finite = np.zeros(got.shape, dtype=bool)
+        self.explained: dict[Deviation, np.ndarray] = {}
+
+    def explain(self, deviation: Deviation, mask: np.ndarray | None) -> None:
+        if mask is not None and mask.any():
+            mask = np.broadcast_to(mask, self.got.shape)
+            self.explained[deviation] = self.explained.get(deviation, np.zeros(self.got.shape, bool)) | mask
+
+    def predict(self, deviation: Deviation, mask: np.ndarray, values: np.ndarray) -> None:
+        self.expected = np.where(mask, values, self.expected)
+        self.explain(deviation, mask)
+
+    def must_be_non_finite(self, deviation: Deviation, mask: np.ndarray | None) -> None:
+        if mask is not None and mask.any():
+            self.non_finite |= mask
+            self.explain(deviation, mask)
+
+    def settle(self, trial, problem, run: DeviationRun, dtype: np.dtype) -> np.ndarray:
+        """Fail on an element outside the prediction; else the output as the property sees it, and each deviation
+        that changed it recorded."""
+        __tracebackhide__ = True
+        bad = _bad(self.got, self.expected, self.allowed, self.non_finite)
+        if bad.any():
+            _fail(trial, problem, self.name, self.got, self.expected, self.allowed, self.non_finite, bad, run)
+        explained = np.zeros(self.got.shape, dtype=bool)
+        for mask in self.explained.values():
+            explained |= mask
+        seen = np.where(explained, self.reference, self.got)
+        changed = _differs(seen, self.got)
+        for deviation, mask in self.explained.items():
+            if (mask & changed).any():
+                run.record(deviation, _where(mask & changed, self.name))
+        return seen.astype(dtype) if dtype != np.float64 else seen
+
+
+def _extra(deviations, call: Call, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    total = np.zeros(shape)
+    for deviation in deviations:
+        found = getattr(deviation, "extra_allowance", None)
+        part = found(call).get(name) if found else None
+        if part is not None:
+            total = total + np.broadcast_to(part, shape)
+    return total
+
+
+def _model_keywords(trial, extra: Mapping) -> dict:
+    tiles = trial.variant.capabilities.tile_keywords
+    return {key: value for key, value in extra.items() if key in tiles}
+
+
+def judge_output(trial, problem, extra: Mapping, raw: object) -> object:
+    """The call's output as the property sees it in deviation mode (module docstring); `raw` as returned, or
+    (out, lse) where the call asked for the log-sum-exp. Outside deviation mode, `raw` itself."""
+    __tracebackhide__ = True
+    run = active()
+    if run is None or any(key in extra for key in NOT_JUDGED):
+        return raw
+    with_lse = bool(extra.get("return_lse")) and isinstance(raw, tuple) and len(raw) == 2
+    out, lse = (as_numpy(raw[0]), as_numpy(raw[1])) if with_lse else (as_numpy(raw), None)
+    b, h, n_q, _ = problem.q.shape
+    if out is None or out.shape != (b, h, n_q, problem.v.shape[-1]) or (with_lse and lse is None):
+        return raw  # the property's own checks say what is wrong with it
+    deviations = run.deviations
+    dtype = trial.dtype
+    if out.dtype != dtype:
+        allowing = [d for d in deviations if out.dtype.name in d.output_dtypes(trial.variant.dtype)]
+        if not allowing:
+            return raw
+        run.record(allowing[0], f"out returned as {out.dtype.name}")
+        out = out.astype(dtype)
+    run.calls += 1
+    call = deviation_call(trial, problem)
+    judged = (_poisoned_forward if call.poisoned else _plain_forward)(trial, problem, extra, call, out, lse, run)
+    if judged is None:
+        return (out, lse) if with_lse else out
+    return judged if with_lse else judged[0]
+
+
+def _plain_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRun):
+    __tracebackhide__ = True
+    deviations = run.deviations
+    variant_dtype = trial.variant.dtype
+    judging = _judging_dtype(deviations, variant_dtype)
+    keywords = trial.oracle_kwargs(problem)
+    tiles = _model_keywords(trial, extra)
+    model = DeviantModel(deviations, tiles)
+    try:
+        reference, _ = forward_allowance(call.q, call.k, call.v, dtype=variant_dtype, past_range=trial.past_range,
+                                         **keywords)
+        result, allowance = forward_allowance(call.q, call.k, call.v, dtype=judging, past_range=trial.past_range,
+                                              model=model, **keywords)
+    except (ToleranceUndefined, AttentionInputError):
+        return None
+    outputs = [_Judged("out", out.astype(np.float64), reference.out, result.out,
+                       allowance.bound + _extra(deviations, call, "out", out.shape))]
+    if lse is not None:
+        try:
+            bound = lse_allowance(call.q, call.k, call.v, dtype=judging, oracle=result, model=model, **keywords)
+        except ToleranceUndefined:
+            bound = None
+        if bound is not None:
+            outputs.append(_Judged("lse", lse.astype(np.float64), reference.lse, result.lse,
+                                   bound.bound + _extra(deviations, call, "lse", reference.lse.shape)))
+    for deviation in deviations:
+        everything = deviation.explains_everything(variant_dtype)
+        single = None
+        if deviation in model.deviations:
+            single = DeviantModel((deviation,), tiles)(call.q, call.k, call.v, **keywords)
+        non_finite = deviation.non_finite(call)
+        predicted = deviation.predicted_values(call)
+        for judged in outputs:
+            if everything:
+                judged.explain(deviation, np.ones(judged.got.shape, bool))
+            if single is not None:
+                judged.explain(deviation, _differs(getattr(single, judged.name), judged.reference))
+            judged.must_be_non_finite(deviation, non_finite.get(judged.name))
+            if judged.name in predicted:
+                judged.predict(deviation, *predicted[judged.name])
+    seen = [judged.settle(trial, problem, run, np.dtype(np.float64) if judged.name == "lse" else trial.dtype)
+            for judged in outputs]
+    return seen[0], (seen[1] if len(seen) > 1 else lse)
+
+
+def _garbage(problem):
+    return problem.replace(q=finite_garbage(problem.q), k=finite_garbage(problem.k), v=finite_garbage(problem.v))
+
+
+def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRun):
+    __tracebackhide__ = True
+    deviations = run.deviations
+    clean = _garbage(problem)
+    if any(d.replaces_poison() for d in deviations):
+        trial.call(clean, **{key: value for key, value in extra.items() if key != "return_lse"})
+    judging = _judging_dtype(deviations, trial.variant.dtype)
+    keywords = trial.oracle_kwargs(problem)
+    clean_call = deviation_call(trial, clean)
+    try:
+        _, allowance = forward_allowance(clean_call.q, clean_call.k, clean_call.v, dtype=judging,
+                                         past_range=trial.past_range,
+                                         model=DeviantModel(deviations, _model_keywords(trial, extra)),
+                                         **keywords)
+    except (ToleranceUndefined, AttentionInputError):
+        return None
+    reference = call.oracle
+    judged = _Judged("out", out.astype(np.float64), reference.out, reference.out,
+                     allowance.bound + _extra(deviations, call, "out", out.shape))
+    for deviation in deviations:
+        judged.must_be_non_finite(deviation, deviation.non_finite(call).get("out"))
+        predicted = deviation.predicted_values(call)
+        if "out" in predicted:
+            judged.predict(deviation, *predicted["out"])
+    return judged.settle(trial, problem, run, trial.dtype), lse
+
+
+def judge_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tuple[str, ...],
+                    grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """dQ, dK, dV (and the modification arrays' gradients in `wrt`) as the property sees them in deviation mode;
+    `grads` themselves outside it."""
+    __tracebackhide__ = True
+    run = active()
+    if run is None or any(key in extra for key in NOT_JUDGED):
+        return grads
+    run.calls += 1
+    deviations = run.deviations
+    call = deviation_call(trial, problem, d_out=d_out)
+    names = ("dq", "dk", "dv", *(f"d{name}" for name in wrt))
+    keywords = trial.oracle_kwargs(problem)
+    judging = _judging_dtype(deviations, trial.variant.dtype)
+    model = DeviantModel(deviations, _model_keywords(trial, extra))
+    source = deviation_call(trial, _garbage(problem), d_out=d_out) if call.poisoned else call
+    try:
+        reference = gradient_allowance(source.q, source.k, source.v, source.d_out, dtype=trial.variant.dtype,
+                                       **keywords)
+        predicted = gradient_allowance(source.q, source.k, source.v, source.d_out, dtype=judging, model=model,
+                                       **keywords)
+    except (ToleranceUndefined, AttentionInputError):
+        return grads
+
+    def pick(oracle, name):
+        if name in ("dq", "dk", "dv"):
+            index = ("dq", "dk", "dv").index(name)
+            return oracle.grads[index], oracle.allowances[index]
+        return oracle.mod_grads[name[1:]]
+
+    outputs = []
+    for name, got in zip(names, grads, strict=True):
+        exact, _ = pick(reference, name)
+        expected, allowance = pick(predicted, name)
+        outputs.append(_Judged(GRADIENT_NAMES[name], got.astype(np.float64), exact, expected, allowance.bound))
+    seeing = {}
+    if call.poisoned:  # rows that see the poison: non-finite gradients there conform
+        from specs.deviations.reach import rows_to_gradients
+
+        seeing = rows_to_gradients(call, ~np.isfinite(call.oracle.out).all(axis=-1))
+    for name, judged in zip(names, outputs, strict=True):
+        if name in seeing:
+            judged.expected = np.where(seeing[name], np.nan, judged.expected)
+    for deviation in deviations:
+        everything = deviation.explains_everything(trial.variant.dtype)
+        single = None
+        if not call.poisoned and deviation in model.deviations:
+            single_model = DeviantModel((deviation,), _model_keywords(trial, extra))
+            single_grads = attention_backward(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
+            single_mods = score_mod_gradients(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
+            single = {**dict(zip(("dq", "dk", "dv"), single_grads, strict=True)),
+                      **{f"d{key}": value for key, value in single_mods.items()}}
+        non_finite = deviation.non_finite_gradients(call)
+        for name, judged in zip(names, outputs, strict=True):
+            if everything:
+                judged.explain(deviation, np.ones(judged.got.shape, bool))
+            if single is not None and name in single:
+                judged.explain(deviation, _differs(single[name], judged.reference))
+            judged.must_be_non_finite(deviation, non_finite.get(name))
+    return tuple(judged.settle(trial, problem, run, grad.dtype) for judged, grad in zip(outputs, grads, strict=True))
+
+
+def judge_raise(trial, problem, summary: str) -> None:
+    """In deviation mode, end the run as explained when a declared deviation explains the call raising."""
+    run = active()
+    if run is None:
+        return
+    error = summary.removeprefix("the implementation raised ")
+    call = deviation_call(trial, problem)
+    for deviation in run.deviations:
+        if deviation.explains_raise(call, error):
+            run.record(deviation, f"the call raising {error.splitlines()[0][:120]}")
+            raise ExplainedStop
+
+
+def judge_acceptance(trial, problem, raw: object, accepted: str) -> None:
+    """In deviation mode, end the run as explained when a declared deviation says how the implementation reads the
+    input it accepted, and its output is that reading's oracle; a wrong output fails here."""
+    __tracebackhide__ = True
+    run = active()
+    if run is None:
+        return
+    call = deviation_call(trial, problem)
+    model = DeviantModel(run.deviations)  # what it computes from the input it read: the other deviations too
+    judging = _judging_dtype(run.deviations, trial.variant.dtype)
+    for deviation in run.deviations:
+        read = deviation.accepts(call, accepted)
+        if read is None:
+            continue
+        out = as_numpy(raw)
+        try:
+            result, allowance = forward_allowance(read.q, read.k, read.v, dtype=judging, model=model,
+                                                  **read.oracle_keywords())
+        except (ToleranceUndefined, AttentionInputError):
+            continue
+        if out is None or out.shape != result.out.shape:
+            continue
+        got = out.astype(np.float64)
+        bad = _bad(got, result.out, np.broadcast_to(allowance.bound, got.shape), np.zeros(got.shape, bool))
+        if bad.any():
+            _fail(trial, problem, f"out (accepting {accepted})", got, result.out,
+                  np.broadcast_to(allowance.bound, got.shape), np.zeros(got.shape, bool), bad, run)
+        run.record(deviation, f"accepting {accepted}")
+        keywords = read.oracle_keywords()
+        reference = forward_allowance(read.q, read.k, read.v, dtype=trial.variant.dtype, **keywords)[0].out
+        for other in model.deviations:  # what the reading's output owes to the other deviations
+            if _differs(DeviantModel((other,))(read.q, read.k, read.v, **keywords).out, reference).any():
+                run.record(other, f"the output of the accepted {accepted}")
+        raise ExplainedStop
+
+
+def judge_report(summary: str, observed: Mapping) -> None:
+    """In deviation mode, end the run as explained when a declared deviation explains a property's own finding."""
+    run = active()
+    if run is None or not observed:
+        return
+    for deviation in run.deviations:
+        if deviation.explains_report(summary, observed):
+            run.record(deviation, summary.splitlines()[0][:120])
+            raise ExplainedStop

@@ -1,0 +1,176 @@
+"""Every property run twice where it fails on a cell that declares deviations: once as written, once explained.
+
+`explained(test)` wraps a property (harness.api.markers.checks does, for every property). When the property fails on
+an example and the subject declares deviations for the failure's claims on its dtype, the same example runs again,
+its draws replayed, under deviation mode (harness.engine.explanation): every call is judged against the deviations
+and the property sees a conforming implementation's values where they explain the output (harness.api.explain).
+- The second run completes: the example is fully explained. It is recorded as a declared failure (the
+  RunningCheck's `declared`) and does not raise, so Hypothesis neither shrinks nor stops on it and goes on to the
+  next example, where another failure may be undeclared.
+- The second run fails: an element no deviation explains. That failure is raised, its message saying what the
+  deviations did explain, and Hypothesis shrinks it alone.
+Accept mode (--accept-expectations) tries, for an example nothing declared explains, the deviations it accepted
+earlier in the run for the same claims and then the catalogue's (harness.api.accept_candidates), one and then two
+at a time, narrowest first; what explains the example is kept as accepted (harness.pytest_plugin.accept writes it).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+
+from hypothesis.errors import UnsatisfiedAssumption
+
+from harness.api.accept_candidates import candidates
+from harness.api.evidence import DeclaredViolation, PropertyViolation
+from harness.engine import run_context
+from harness.engine.declarations import RUNNING, DeclaredExample, RunningCheck
+from harness.engine.explanation import DeviationRun, ExplainedStop, active, deviation_mode
+from protocol.known_defects import Row
+
+PAIRED = 8  # accept mode tries pairs among this many first candidates
+
+
+class ReplayOverrun(Exception):
+    """The second run drew more than the first: the property's draws depend on the implementation's outputs."""
+
+
+class _RecordingData:
+    """Hypothesis' `data` object, each draw remembered (a copy) for the second run."""
+
+    def __init__(self, data) -> None:
+        self._data = data
+        self.drawn: list = []
+
+    def draw(self, strategy, label=None):
+        value = self._data.draw(strategy, label=label)
+        self.drawn.append(copy.deepcopy(value))
+        return value
+
+
+class _ReplayedData:
+    """The first run's draws, in order."""
+
+    def __init__(self, drawn: list) -> None:
+        self._drawn = list(drawn)
+
+    def draw(self, strategy, label=None):
+        if not self._drawn:
+            raise ReplayOverrun("the property drew more in its second run than in its first")
+        return copy.deepcopy(self._drawn.pop(0))
+
+
+def _is_data(value: object) -> bool:
+    return type(value).__name__ == "DataObject" and hasattr(value, "draw")
+
+
+def _problem_size(violation: PropertyViolation) -> int:
+    problem = violation.problem
+    return sum(x.size for x in (problem.q, problem.k, problem.v)) if problem is not None else 0
+
+
+def explain(run_again: Callable[[], None], deviation_run: DeviationRun) -> None:
+    """Run the example again under `deviation_run`'s deviations, until it completes (an ExplainedStop or a rejection
+    counts: nothing after them could be judged). A failure of the second run propagates, noting what was explained."""
+    with deviation_mode(deviation_run):
+        try:
+            run_again()
+        except (ExplainedStop, UnsatisfiedAssumption):
+            pass
+        except PropertyViolation as unexplained:
+            names = ", ".join(deviation.describe() for deviation in deviation_run.deviations)
+            raise unexplained.noted(f"not explained by the declared deviations ({names}); they explained: "
+                                    f"{deviation_run.summary() or 'nothing'}") from None
+
+
+def _undeclared_for(claims: tuple[str, ...], rows: tuple[Row, ...], fired: set[str]) -> list[str]:
+    """The claims of the failure for which a deviation that fired is not declared."""
+    return [claim for claim in claims
+            if not fired <= {row.deviation.describe() for row in rows if row.claim == claim}]
+
+
+def _accepted(running: RunningCheck, claims: tuple[str, ...], failure: PropertyViolation,
+              run_again: Callable[[], None]) -> bool:
+    """Accept mode: whether a set of the deviations accepted so far for `claims` and the catalogue's explains the
+    example (then recorded as accepted and declared)."""
+    variant = running.variant
+    earlier = tuple(dict.fromkeys(deviation for claim, deviation in running.accepted if claim in claims))
+    declared = tuple(row.deviation for row in running.rows_for(claims))
+    # the subject's own deviations, declared for its other claims, before the catalogue's
+    own = [row.deviation for row in variant.impl.known_defects if variant.dtype in row.dtypes]
+    tried = list(dict.fromkeys((*own, *candidates(failure))))
+    sets = [earlier] + [(*earlier, d) for d in tried] + [
+        (*earlier, a, b) for i, a in enumerate(tried[:PAIRED]) for b in tried[i + 1:PAIRED]]
+    for chosen in sets:
+        deviations = tuple(dict.fromkeys((*declared, *chosen)))
+        if not deviations:
+            continue
+        rows = tuple(Row(variant.impl.name, claim, "accepted", (variant.dtype,), deviation)
+                     for claim in claims for deviation in deviations)
+        deviation_run = DeviationRun(rows)
+        try:
+            explain(run_again, deviation_run)
+        except PropertyViolation:
+            continue
+        if not deviation_run.fired:
+            continue
+        new = [d for d in deviations if d.describe() in deviation_run.fired and d not in declared]
+        running.accepted += [(claim, d) for claim in claims for d in new if (claim, d) not in running.accepted]
+        indices = tuple(i for i, row in enumerate(variant.impl.known_defects)
+                        if row.claim in claims and row.deviation.describe() in deviation_run.fired)
+        running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
+                                        failure.counterexample(), _problem_size(failure)))
+        return True
+    return False
+
+
+def explained(test: Callable) -> Callable:
+    """`test` run again under its cell's deviations where it fails (module docstring)."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        running = RUNNING.get()
+        accepting = run_context.current().accept
+        if running is None or running.variant is None or active() is not None or not (
+                accepting or running.rows_for(running.claims)):
+            return test(*args, **kwargs)
+        recorded = {name: _RecordingData(value) if _is_data(value) else value for name, value in kwargs.items()}
+        try:
+            return test(*args, **recorded)
+        except DeclaredViolation:
+            raise
+        except PropertyViolation as failure:
+            claims = (failure.claim,) if failure.claim else running.claims
+            rows = running.rows_for(claims)
+
+            def run_again():
+                replayed = {name: _ReplayedData(value.drawn) if isinstance(value, _RecordingData) else value
+                            for name, value in recorded.items()}
+                test(*args, **replayed)
+
+            if not rows:
+                if accepting and _accepted(running, claims, failure, run_again):
+                    return None
+                raise
+            deviation_run = DeviationRun(rows)
+            try:
+                explain(run_again, deviation_run)
+            except PropertyViolation:
+                if accepting and _accepted(running, claims, failure, run_again):
+                    return None
+                raise
+            if not deviation_run.fired:
+                raise  # the second run passed without any deviation changing a value: the implementation is flaky
+            undeclared = _undeclared_for(claims, rows, deviation_run.fired)
+            if undeclared:
+                raise failure.noted(f"explained by {', '.join(sorted(deviation_run.fired))}, which "
+                                    f"{'is' if len(deviation_run.fired) == 1 else 'are'} not declared for "
+                                    f"{', '.join(undeclared)}") from None
+            indices = tuple(i for i, row in enumerate(running.variant.impl.known_defects)
+                            if row in rows and row.deviation.describe() in deviation_run.fired)
+            running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
+                                            failure.counterexample(), _problem_size(failure)))
+            return None
+
+    return run

@@ -1,0 +1,97 @@
+"""Deviations of what a call does rather than what it returns: an error raised where the protocol expects an output
+(OpInfo's ErrorInput: the error's type and a short pattern of its text), an input the protocol rejects accepted and
+computed some documented way, a checker's report on a kernel, a measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+import numpy as np
+
+from specs.deviations.base import Call, Deviation, DeviationError, PatternDeviation
+
+ACCEPTS_READS = {
+    "values-past-the-keys-ignored": "v longer than k: the values past the last key are never read",
+    "length-one-keys-broadcast": "k (and its bias) of one key broadcast against v's (or the bias's) keys",
+}
+
+
+class Rejects(PatternDeviation):
+    name = "rejects"
+    summary = "raises `raises` with a message matching `match` on inputs the protocol accepts"
+    parameters: ClassVar[dict[str, str]] = {"raises": "the exception's type name", "match": "a regex of its message (under 200 characters)"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.raises = params.get("raises")
+        if not isinstance(self.raises, str) or not self.raises.isidentifier():
+            raise DeviationError(f"rejects: `raises` names the exception's type (TypeError, ...), got {self.raises!r}")
+
+    def explains_raise(self, call: Call, error: str) -> bool:
+        kind, _, message = error.partition(": ")
+        return kind == self.raises and self.pattern.search(message) is not None
+
+
+class Accepts(Deviation):
+    name = "accepts"
+    summary = "takes an input the protocol says it must refuse, and computes from it as `reads` says"
+    parameters: ClassVar[dict[str, str]] = {"reads": "how the accepted input is read: " + "; ".join(f"'{k}': {v}" for k, v in
+                                                                        ACCEPTS_READS.items())}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.reads = params.get("reads")
+        if self.reads not in ACCEPTS_READS:
+            raise DeviationError(f"accepts: `reads` is one of {sorted(ACCEPTS_READS)}, got {self.reads!r}")
+
+    def accepts(self, call: Call, accepted: str) -> Call | None:
+        n_k, n_v = call.k.shape[2], call.v.shape[2]
+        if self.reads == "values-past-the-keys-ignored":
+            if n_v <= n_k:
+                return None
+            return dataclasses.replace(call, v=call.v[:, :, :n_k])
+        bias = call.keywords.get("bias")
+        longest = max(n_k, n_v, 0 if bias is None else np.shape(bias)[-1])
+        if n_k != 1 or longest == 1:
+            return None
+        k = np.repeat(call.k, longest, axis=2)
+        v = call.v if n_v == longest else np.repeat(call.v, longest, axis=2)
+        keywords = dict(call.keywords)
+        if bias is not None and np.shape(bias)[-1] == 1:
+            keywords["bias"] = np.repeat(bias, longest, axis=-1)
+        return dataclasses.replace(call, k=k, v=v, keywords=keywords)
+
+
+class CheckerReports(PatternDeviation):
+    name = "checker-reports"
+    summary = "a kernel run under a checker (memcheck, racecheck, synccheck) draws the report `match` describes"
+    parameters: ClassVar[dict[str, str]] = {"checker": "memcheck, racecheck or synccheck", "match": "a regex of the report (under 200 "
+                                                                          "characters)"}
+    CHECKERS = ("memcheck", "racecheck", "synccheck")
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.checker = params.get("checker")
+        if self.checker not in self.CHECKERS:
+            raise DeviationError(f"checker-reports: `checker` is one of {self.CHECKERS}, got {self.checker!r}")
+
+    def explains_report(self, summary: str, observed: Mapping) -> bool:
+        return observed.get("checker") == self.checker and self.pattern.search(summary) is not None
+
+
+class KeepsScoreMatrix(Deviation):
+    name = "keeps-score-matrix"
+    summary = ("the n_q x n_k weights are kept resident (returned or stored), so a call's peak memory grows like "
+               "the score matrix: at least a quarter of it, at most `copies` of it")
+    parameters: ClassVar[dict[str, str]] = {"copies": "how many n_q x n_k matrices the growth may reach (default 4)"}
+
+    def explains_report(self, summary: str, observed: Mapping) -> bool:
+        if "resident_growth" not in observed:
+            return False
+        matrix = observed["score_matrix_bytes"]
+        return matrix / 4 <= observed["resident_growth"] <= self.params.get("copies", 4) * matrix
+
+
+ERROR_DEVIATIONS = (Rejects, Accepts, CheckerReports, KeepsScoreMatrix)

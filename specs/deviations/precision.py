@@ -1,0 +1,57 @@
+"""Deviations of precision: every element of every call is explained, and judged by the tolerance model of the
+precision the implementation really computes in (or of a naive formula that rounds where it rounds)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from specs.deviations.base import Deviation
+from specs.dtypes import accumulator
+from specs.reference import matmul, repeat_kv
+
+
+class Float32Softmax(Deviation):
+    name = "float32-softmax"
+    summary = ("float64 inputs get a float32 softmax (an upcast meant for half precision, or x64 arithmetic that "
+               "stops at the softmax): float64 results of float32 accuracy, weights that underflow to exactly 0 "
+               "where float64's would not; judged by float32's tolerance model")
+
+    def judging_dtype(self, dtype: str) -> str:
+        return "float32" if dtype == "float64" else dtype
+
+
+class Float32Result(Float32Softmax):
+    name = "float32-result"
+    summary = ("float64 inputs are computed in float32 and returned as float32: judged by float32's tolerance "
+               "model, the float32 output taken for the float64 one")
+
+    def output_dtypes(self, dtype: str) -> tuple[str, ...]:
+        return ("float32",) if dtype == "float64" else (dtype,)
+
+
+class ScoresRoundedBeforeSoftmax(Deviation):
+    name = "scores-rounded-before-softmax"
+    summary = ("in half precision the scaled scores (plus mask and bias) are rounded to the dtype before a float32 "
+               "softmax, whose weights are rounded again before P V: judged against that formula's own error in the "
+               "dtype (K x the naive error, as every implementation is)")
+
+    def explains_everything(self, dtype: str) -> bool:
+        return dtype in ("float16", "bfloat16")
+
+    def transform(self, result, q, k, v, keywords):
+        dtype = result.out.dtype
+        if dtype.name not in ("float16", "bfloat16") or result.mods.sinks is not None:
+            return result
+        scores = result.scores.astype(dtype)  # the naive formula's scores, each rounded to the dtype
+        inside = scores.astype(np.float32)
+        top = inside.max(axis=-1, keepdims=True)
+        e = np.exp(inside - np.where(np.isfinite(top), top, np.float32(0)))
+        total = e.sum(axis=-1, keepdims=True, dtype=accumulator(np.dtype(np.float32)))
+        weights = (e / np.where(total > 0, total, np.float32(1))).astype(dtype)
+        v_all = repeat_kv(v.astype(dtype, copy=False), q.shape[1] // v.shape[1])
+        return dataclasses.replace(result, weights=weights, out=matmul(weights, v_all).astype(dtype))
+
+
+PRECISION_DEVIATIONS = (Float32Softmax, Float32Result, ScoresRoundedBeforeSoftmax)

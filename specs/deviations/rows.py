@@ -1,0 +1,226 @@
+"""Deviations that change what some rows of the output are: rows with no visible key, key blocks normalised alone,
+exponentials taken without the row maximum, scores past the dtype's range. Each is a model of the oracle's result
+(Deviation.transform) and, where the rows turn non-finite, the rows that must be."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from specs.deviations.base import Call, Deviation, DeviationError
+from specs.deviations.reach import rows_to_gradients
+from specs.dtypes import finfo, numpy_dtype
+from specs.reference import AttentionResult, attention, matmul, repeat_kv, visible_keys
+from specs.validation import check_shapes
+
+MASKED_SCORES = ("added", "replaced")
+
+
+def keyless_rows(result: AttentionResult) -> np.ndarray:
+    """(batch, heads, n_q): rows that see no key and have no finite sink (the oracle gives them weight 0 and output 0;
+    a finite sink takes the whole row, so an implementation's large negative scores leave its output 0 too)."""
+    if result.allowed is None:
+        return np.zeros(result.out.shape[:-1], dtype=bool)
+    rows = ~result.allowed.any(axis=-1)
+    if result.mods.sinks is not None:
+        rows = rows & np.isneginf(result.mods.sinks)[None, :, None]
+    return rows
+
+
+class KeylessRowMean(Deviation):
+    name = "keyless-row-mean"
+    summary = ("a row that sees no key gets the mean of the values: hidden keys get a large finite score (a dtype's "
+               "most negative value, -1e9), the same for each, so a row with nothing visible has a uniform softmax "
+               "over them; NaN where no such key is left (every key's score -inf)")
+    parameters: ClassVar[dict[str, str]] = {"masked_scores": "'added': the large negative is added to the score, so a key with a -inf bias "
+                                   "stays -inf and the row's gradients flow through its scores (transformers' "
+                                   "eager_mask); 'replaced': hidden scores are replaced, bias and all, and the row's "
+                                   "weights are constants of the backward (jax.nn, flax: jnp.where)"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.masked_scores = params.get("masked_scores", "added")
+        if self.masked_scores not in MASKED_SCORES:
+            raise DeviationError(f"keyless-row-mean: masked_scores is one of {MASKED_SCORES}, got "
+                                 f"{self.masked_scores!r}")
+
+    def _averaged(self, result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  keywords: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The keyless rows and, for each, the keys its uniform softmax runs over."""
+        rows = keyless_rows(result)
+        shape = check_shapes(q, k, v, finite=False)
+        if self.masked_scores == "added":
+            bias = result.mods.bias
+            keys = np.ones(shape.scores_shape, dtype=bool) if bias is None else np.broadcast_to(
+                bias > -np.inf, shape.scores_shape)
+        else:  # replaced: the keys the boolean parts (mask, causal, window) hide get the large negative
+            boolean = visible_keys(shape, causal=keywords.get("causal", False),
+                                   causal_alignment=keywords.get("causal_alignment", "top_left"),
+                                   mask=None if keywords.get("mask") is None else np.broadcast_to(
+                                       keywords["mask"], shape.scores_shape),
+                                   mods=dataclasses.replace(result.mods, bias=None))
+            keys = np.ones(shape.scores_shape, dtype=bool) if boolean is None else ~boolean
+        return rows, keys
+
+    def transform(self, result, q, k, v, keywords):
+        rows, keys = self._averaged(result, q, k, v, keywords)
+        count = keys.sum(axis=-1)
+        averaged = rows & (count > 0)
+        if not averaged.any():
+            return result
+        dtype = result.out.dtype
+        uniform = np.where(keys, dtype.type(1) / np.maximum(count, 1)[..., None].astype(dtype), dtype.type(0))
+        weights = np.where(averaged[..., None], uniform, result.weights).astype(dtype)
+        v_all = repeat_kv(v.astype(dtype, copy=False), q.shape[1] // v.shape[1])
+        out = np.where(averaged[..., None], matmul(weights, v_all).astype(dtype), result.out)
+        scores = np.where(averaged[..., None] & keys, dtype.type(0), result.scores)
+        constant = result.constant_rows
+        if self.masked_scores == "replaced":
+            constant = averaged if constant is None else constant | averaged
+        return dataclasses.replace(result, weights=weights, out=out, scores=scores, constant_rows=constant)
+
+    def _nan_rows(self, call: Call) -> np.ndarray:
+        result = call.oracle
+        rows, keys = self._averaged(result, call.q, call.k, call.v, call.oracle_keywords())
+        return rows & (keys.sum(axis=-1) == 0)
+
+    def non_finite(self, call):
+        rows = self._nan_rows(call)
+        if not rows.any():
+            return {}
+        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
+
+    def non_finite_gradients(self, call):
+        return rows_to_gradients(call, self._nan_rows(call))
+
+
+class KeylessRowNan(Deviation):
+    name = "keyless-row-nan"
+    summary = ("a row that sees no key is NaN: every score of the row is -inf (a mask value that rounds to -inf, "
+               "finfo(float64).min cast to float32) and the softmax divides 0 by 0")
+
+    def non_finite(self, call):
+        rows = keyless_rows(call.oracle)
+        if not rows.any():
+            return {}
+        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
+
+    def non_finite_gradients(self, call):
+        return rows_to_gradients(call, keyless_rows(call.oracle))
+
+
+class BlocksNormalisedAlone(Deviation):
+    name = "key-blocks-normalised-alone"
+    summary = ("the keys are split into blocks of `block` and each block gets its own softmax, the blocks' "
+               "outputs summed without online-softmax rescaling: a row's weights sum to its number of key blocks")
+    parameters: ClassVar[dict[str, str]] = {"block": "keys per block",
+                  "block_keyword": "the tile keyword that sets the block when the call passes it",
+                  "longer": "[[n, block], ...]: the block for sequences longer than n (the seed's own table)"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.block = params.get("block")
+        if not isinstance(self.block, int) or self.block < 1:
+            raise DeviationError(f"key-blocks-normalised-alone: block is a positive number of keys, got {self.block!r}")
+        self.block_keyword = params.get("block_keyword")
+        self.longer = tuple(tuple(pair) for pair in params.get("longer", ()))
+
+    def block_for(self, n_k: int, keywords: dict) -> int:
+        if self.block_keyword and self.block_keyword in keywords:
+            return int(keywords[self.block_keyword])
+        chosen = self.block
+        for length, block in self.longer:
+            if n_k > length:
+                chosen = block
+        return chosen
+
+    def transform(self, result, q, k, v, keywords):
+        n_k = k.shape[2]
+        block = self.block_for(n_k, keywords)
+        if n_k <= block:
+            return result
+        dtype = result.out.dtype
+        scores = result.scores
+        weights = np.zeros_like(result.weights)
+        for start in range(0, n_k, block):
+            part = scores[..., start:start + block]
+            top = part.max(axis=-1, keepdims=True)
+            e = np.exp(part - np.where(np.isfinite(top), top, dtype.type(0)))
+            total = e.sum(axis=-1, keepdims=True)
+            weights[..., start:start + block] = e / np.where(total > 0, total, dtype.type(1))
+        v_all = repeat_kv(v.astype(dtype, copy=False), q.shape[1] // v.shape[1])
+        return dataclasses.replace(result, weights=weights.astype(dtype), out=matmul(weights.astype(dtype), v_all)
+                                   .astype(dtype))
+
+
+class ExpWithoutMaxShift(Deviation):
+    name = "exp-without-max-shift"
+    summary = ("the weights are exp(S) / sum exp(S) with no maximum subtracted: a row with a score above "
+               "log(max) (709.78 in float64) overflows to inf / inf = NaN, a row whose exponentials all underflow "
+               "to 0 is 0 / 0 = NaN, and subnormal exponentials cost the ratio its precision")
+
+    @staticmethod
+    def _exponentials(result: AttentionResult) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(over="ignore", under="ignore"):
+            e = np.exp(result.scores)
+        total = e.sum(axis=-1, keepdims=True)
+        has_key = np.isfinite(result.lse) | np.isnan(result.lse)
+        broken = has_key & ~((total[..., 0] > 0) & np.isfinite(total[..., 0]))
+        return e, broken
+
+    def transform(self, result, q, k, v, keywords):
+        if result.mods.any:
+            return result
+        e, broken = self._exponentials(result)
+        dtype = result.out.dtype
+        total = e.sum(axis=-1, keepdims=True)
+        kept = ~broken[..., None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            weights = np.where(kept & (total > 0), e / np.where(total > 0, total, dtype.type(1)), result.weights)
+        v_all = repeat_kv(v.astype(dtype, copy=False), q.shape[1] // v.shape[1])
+        return dataclasses.replace(result, weights=weights.astype(dtype),
+                                   out=matmul(weights.astype(dtype), v_all).astype(dtype))
+
+    def non_finite(self, call):
+        if call.oracle.mods.any:
+            return {}
+        _, broken = self._exponentials(call.oracle)
+        if not broken.any():
+            return {}
+        return {"out": np.broadcast_to(broken[..., None], call.oracle.out.shape).copy(), "lse": broken}
+
+    def extra_allowance(self, call: Call) -> dict[str, np.ndarray]:
+        """Exponentials in the subnormal range carry an absolute error of the smallest subnormal each: relative to
+        the row's sum, n_k x that / sum_j e_ij of |v|'s largest, per row."""
+        e, _ = self._exponentials(call.oracle)
+        total = e.sum(axis=-1, keepdims=True)
+        smallest = float(finfo(np.float64).smallest_subnormal)
+        largest_v = float(np.abs(call.v).max(initial=0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            relative = np.where(total > 0, 2 * call.k.shape[2] * smallest / total, 0.0)
+        return {"out": np.broadcast_to(relative * largest_v, call.oracle.out.shape)}
+
+
+class ScoresOverflowDtype(Deviation):
+    name = "scores-overflow-dtype"
+    summary = ("the scores are computed in the implementation's own dtype before any softmax correction: where "
+               "q k^T leaves the dtype's range (65504 in float16) the row is non-finite, as the naive formula's is")
+
+    def non_finite(self, call):
+        if call.dtype == "float64":
+            return {}
+        low = numpy_dtype(call.dtype)
+        keywords = call.oracle_keywords()
+        with np.errstate(all="ignore"):
+            naive = attention(*(x.astype(low) for x in (call.q, call.k, call.v)), finite=False,
+                              **{key: value.astype(low) if isinstance(value, np.ndarray) and value.dtype.kind == "f"
+                                 else value for key, value in keywords.items()})
+        rows = ~np.all(np.isfinite(naive.out), axis=-1) & np.isfinite(call.oracle.out).all(axis=-1)
+        if not rows.any():
+            return {}
+        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
+
+
+ROW_DEVIATIONS = (KeylessRowMean, KeylessRowNan, BlocksNormalisedAlone, ExpWithoutMaxShift, ScoresOverflowDtype)
