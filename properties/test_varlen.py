@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
+from harness.api.explain import judge_sequence_gradients
 from harness.api.face_calls import call_face, expect_face_raised, face_output
 from harness.api.markers import checks
 from harness.api.trial import Trial
@@ -24,24 +25,23 @@ from specs.problems import build
 from specs.tolerance import ToleranceUndefined, gradient_allowance
 from specs.varlen import PackedInputs, pack_sequences, sequence_kwargs, to_dense
 
-NAN_TAIL = 3  # rows past cu_seqlens[-1]
+TAIL = 3  # rows past cu_seqlens[-1]
 
 
 def _script(target: str, tensors: str, lengths_q: list[int], lengths_k: list[int], unused: int, tail: int,
-            extra: dict) -> str:
+            extra: dict, fill: str = "garbage") -> str:
     return "\n".join([
         "from harness.engine.guarded_call import handed_over",
         "from specs.varlen import pack_sequences",
-        f"packed = pack_sequences(q, k, v, {lengths_q}, {lengths_k}, unused_k={unused}, tail={tail})",
+        f"packed = pack_sequences(q, k, v, {lengths_q}, {lengths_k}, unused_k={unused}, tail={tail}, fill={fill!r})",
         f"args, kw = handed_over(packed.arrays, {{**packed.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",
         f"out = load_impl({target!r}).face('varlen')(*args, **kw)",
     ])
 
 
-@checks("varlen-is-each-sequence-alone")
-@pytest.mark.requires("varlen")
-@given(data=st.data())
-def test_each_packed_sequence_attends_alone(variant, data):
+def _check_each_sequence(variant, data, fill: str) -> None:
+    """A pack of up to 16 sequences of very unequal lengths, its unused positions filled with `fill`: each
+    sequence's output and log-sum-exp against its own dense attention (properties.face_checks.check_sequence)."""
     problem = data.draw(source_problems(variant, max_batch=16, max_n=40), label="problem")
     batch, n_q, n_k = problem.q.shape[0], problem.n_q, problem.n_k
     length = st.one_of(st.sampled_from((0, 1)), st.integers(0, 40))
@@ -52,9 +52,9 @@ def test_each_packed_sequence_attends_alone(variant, data):
         lengths_q, lengths_k = ([max(n, 1) for n in lengths] for lengths in (lengths_q, lengths_k))
     unused = 2 if caps.seqused_k else 0
     trial = Trial(variant, problem)
-    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=NAN_TAIL)
+    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=TAIL, fill=fill)
     extra = {"return_lse": True} if caps.lse else {}
-    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, NAN_TAIL, extra)
+    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, TAIL, extra, fill)
     raw = call_face(trial, "varlen", packed.arrays, {**packed.keywords, **problem.handed(variant.dtype).kwargs(),
                                                      **extra}, problem, script)
     out_raw, lse = raw if caps.lse else (raw, None)
@@ -70,6 +70,22 @@ def test_each_packed_sequence_attends_alone(variant, data):
         q, k, v = (x[b:b + 1, :, :n] for x, n in zip(exact, (lengths_q[b], lengths_k[b], lengths_k[b]), strict=True))
         got = out[rows].transpose(1, 0, 2)[None]
         check_sequence(trial, b, got, None if lse is None else lse[:, rows][None], (q, k, v), problem, script)
+
+
+@checks("varlen-is-each-sequence-alone")
+@pytest.mark.requires("varlen")
+@given(data=st.data())
+def test_each_packed_sequence_attends_alone(variant, data):
+    _check_each_sequence(variant, data, "garbage")
+
+
+@checks("hidden-non-finite-never-reaches-output")
+@pytest.mark.requires("varlen")
+@given(data=st.data())
+def test_nan_past_the_sequences_reaches_no_sequence(variant, data):
+    """NaN in every row past cu_seqlens[-1] and every key past seqused_k: no sequence may see them, so none may
+    show them (a pack's unused positions, as FlashAttention's varlen tests poison them)."""
+    _check_each_sequence(variant, data, "nan")
 
 
 def _bad_packings(packed: PackedInputs, seqused_k: bool) -> list[tuple[str, str, PackedInputs]]:
@@ -98,7 +114,7 @@ def test_bad_packings_raise_errors_naming_them(variant):
     trial = Trial(variant, problem)
     lengths_q, lengths_k = [3, 2, 1], [2, 5, 3]
     unused = 2 if caps.seqused_k else 0
-    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=1)
+    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=1, fill="garbage")
     for what, name, broken in _bad_packings(packed, caps.seqused_k):
         script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, 1, {}) + \
             f"\n# then: {what}"
@@ -113,7 +129,7 @@ def test_bad_packings_raise_errors_naming_them(variant):
 def test_each_packed_sequence_has_its_own_gradients(variant, data):
     """dQ, dK, dV of a pack of up to 16 sequences of unequal lengths: each sequence's rows equal the gradients of
     its own dense attention within the gradient tolerance, and rows no sequence uses (past cu_seqlens[-1], keys
-    past seqused_k, all NaN) get gradient exactly 0 (varlen backward NaN: flash-attention #752, #1947)."""
+    past seqused_k, finite garbage) get gradient exactly 0 (varlen backward NaN: flash-attention #752, #1947)."""
     problem = data.draw(source_problems(variant, max_batch=16, max_n=24), label="problem")
     batch, n_q, n_k = problem.q.shape[0], problem.n_q, problem.n_k
     caps = variant.capabilities
@@ -122,11 +138,11 @@ def test_each_packed_sequence_has_its_own_gradients(variant, data):
                             for n, label in ((n_q, "lengths_q"), (n_k, "lengths_k")))
     unused = 2 if caps.seqused_k else 0
     trial = Trial(variant, problem)
-    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=NAN_TAIL)
+    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=TAIL, fill="garbage")
     d_out = np.random.default_rng(problem.recipe.seed).standard_normal(
         (len(packed.q), problem.q.shape[1], problem.v.shape[-1])).astype(trial.dtype)
     d_out[int(packed.cu_seqlens_q[-1]):] = 0
-    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, NAN_TAIL, {}) + \
+    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, TAIL, {}) + \
         "\n# then the gradients: harness.engine.backward.backward_of on load_impl(...).face('varlen')"
     face = replace(variant.impl, fn=variant.impl.face("varlen"))
     keywords = {"cu_seqlens_q": packed.cu_seqlens_q, "cu_seqlens_k": packed.cu_seqlens_k, **packed.keywords,
@@ -150,9 +166,12 @@ def test_each_packed_sequence_has_its_own_gradients(variant, data):
                                         **kwargs)
         except ToleranceUndefined:
             reject()
-        for name, grad, where, exact_grad, allowance in zip(("dQ", "dK", "dV"), grads, (rows, keys, keys),
-                                                            oracle.grads, oracle.allowances, strict=True):
-            trial.expect_close(to_dense(grad[where]), exact_grad, allowance, what=f"{name} of sequence {b}",
+        got = judge_sequence_gradients(trial, problem, sequence, to_dense(d_out[rows]), kwargs,
+                                       tuple(to_dense(grad[where]) for grad, where in zip(grads, (rows, keys, keys),
+                                                                                          strict=True)))
+        for name, grad, exact_grad, allowance in zip(("dQ", "dK", "dV"), got, oracle.grads, oracle.allowances,
+                                                     strict=True):
+            trial.expect_close(grad, exact_grad, allowance, what=f"{name} of sequence {b}",
                                versus="the float64 oracle's backward", problem=problem, script=script)
     for name, grad, rows in zip(("dQ", "dK", "dV"), grads, zero, strict=True):
         if np.any(grad[rows] != 0):

@@ -70,7 +70,8 @@ def _refuse_old_scopes(entry: Mapping, where: str) -> None:
     if "properties" in entry:
         raise DefectDeclarationError(f"{where}: `properties` no longer scopes a declaration (a deviation says which "
                                      f"elements it explains, whatever property reads them); form: {SCOPED_FORM}")
-    if "match" in entry and entry.get("deviation") not in ("rejects", "checker-reports"):
+    named = entry.get("deviation")
+    if "match" in entry and (named is None or named in CATALOGUE) and named not in ("rejects", "checker-reports"):
         raise DefectDeclarationError(
             f"{where}: a pattern on the failure message (`match`) declares only a raised error (deviation 'rejects', "
             f"with `raises`) or a checker's report ('checker-reports'): over a tolerance failure it would cover "

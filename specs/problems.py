@@ -47,6 +47,7 @@ ALIBI_LAYOUTS = ("heads", "batch_heads")
 STEP_IMPORTS = (
     "import numpy as np",
     "from specs import examples",
+    "from specs.fill import finite_garbage",
     "from specs.problems import build, one_hot_values",
 )
 # What a problem's code() must rebuild bit for bit (and a step must not change in the problem it derives from).

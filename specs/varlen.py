@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specs.fill import finite_garbage
 from specs.reference import AttentionResult, attention
 from specs.validation import AttentionInputError
 
@@ -184,13 +185,21 @@ class PackedInputs:
 
 
 def pack_sequences(q: np.ndarray, k: np.ndarray, v: np.ndarray, lengths_q: list[int], lengths_k: list[int], *,
-                   unused_k: int = 0, tail: int = 0) -> PackedInputs:
+                   unused_k: int = 0, tail: int = 0, fill: str = "nan") -> PackedInputs:
     """Sequence b of the pack: the first lengths_q[b] queries and lengths_k[b] keys of dense batch entry b, then
-    `unused_k` NaN keys past seqused_k (when unused_k > 0); `tail` NaN rows follow cu_seqlens[-1]."""
+    `unused_k` keys past seqused_k (when unused_k > 0); `tail` rows follow cu_seqlens[-1]. What those unused
+    positions hold: `fill` "nan", or "garbage", finite values of ordinary size no row may read (an implementation
+    that reads them changes its output: specs.fill)."""
+    if fill not in ("nan", "garbage"):
+        raise ValueError(f"fill is 'nan' or 'garbage', got {fill!r}")
+
+    def unused(n: int, x: np.ndarray) -> np.ndarray:
+        block = np.full((n, x.shape[1], x.shape[3]), np.nan, x.dtype)
+        return block if fill == "nan" else finite_garbage(block)
+
     def packed(x: np.ndarray, lengths: list[int], extra: int) -> np.ndarray:
-        nan = np.full((extra, x.shape[1], x.shape[3]), np.nan, x.dtype)
-        rows = [part for b, n in enumerate(lengths) for part in (x[b, :, :n].swapaxes(0, 1), nan)]
-        return np.concatenate([*rows, np.full((tail, x.shape[1], x.shape[3]), np.nan, x.dtype)])
+        rows = [part for b, n in enumerate(lengths) for part in (x[b, :, :n].swapaxes(0, 1), unused(extra, x))]
+        return np.concatenate([*rows, unused(tail, x)])
 
     counts_k = [n + unused_k for n in lengths_k]
     cu_q, cu_k = (np.concatenate([[0], np.cumsum(n, dtype=np.int64)]).astype(np.int32) for n in (lengths_q, counts_k))

@@ -1,10 +1,10 @@
 """Six deliberately wrong implementations, written as an outside user would write one (CONTRACT 1: plain
 functions, no import of the suite), each with one bug that breaks many claims.
 
-The claims each breaks, and how, are its rows of impls/expectations.toml (`[[fixture]]`, subject = its --impl
-target); tests/suite_run/test_defects_caught.py runs every property against all six and requires each to meet
-exactly its rows: every row's claim fails as the row says, and every other claim holds. zoo/defects.py lists them
-with the rest of the defect zoo.
+The claims each breaks are its catches in zoo/catches.toml (subject = its --impl target);
+tests/suite_run/test_defects_caught.py runs every property against all six and requires each caught exactly: every
+catch's claim fails, unexpectedly, and every other claim holds. zoo/defects.py lists them with the rest of the
+defect zoo.
 """
 
 import math

@@ -1,30 +1,30 @@
 """The defect zoo: deliberately wrong implementations (zoo/wrong.py, one mistake each on a correct formula;
 zoo/wrong_faces.py, the same for the varlen and kv-cache faces; zoo/declared.py, six whose one bug breaks many
-claims), each known by its rows of impls/expectations.toml (`[[fixture]]`, subject = its --impl target): the claims
-it must break, the symptom of each, why, and the public thread where the bug class was reported. The table is the
-zoo's list: a defect is a subject of those rows, and tests/suite_run/test_zoo.py requires every wrong
-implementation of zoo/ to have rows.
+claims), each known by its catches in zoo/catches.toml (harness.reporting.catches; subject = its --impl target): the
+claims it must break, why, and the public thread where the bug class was reported. A wrong implementation declares
+nothing: it is there to be caught. The catches file is the zoo's list: a defect is a subject of its catches, and
+tests/suite_run/test_zoo.py requires every wrong implementation of zoo/ to have some.
 
-`tox -e zoo` (python -m zoo.run) runs each against the properties of its rows' claims under the `ci` profile and
-prints what the suite caught; tests/suite_run/test_zoo.py requires every row met exactly.
+`tox -e zoo` (python -m zoo.run) runs each against the properties of its catches' claims under the `ci` profile and
+prints what the suite caught; tests/suite_run/test_zoo.py requires every one caught exactly.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
-import impls  # noqa: F401  (registers impls/expectations.toml, the table the zoo's rows are in)
-from protocol.expectations import load_table
-from protocol.known_defects import Row
+from harness.reporting.catches import Catch, load_catches
 
 MODULES = ("zoo/wrong.py", "zoo/wrong_faces.py", "zoo/declared.py")  # where the zoo's wrong implementations live
+CATCHES = Path(__file__).resolve().with_name("catches.toml")
 
 
 @dataclass(frozen=True)
 class Defect:
-    target: str  # --impl target, the subject of its rows
-    rows: tuple[Row, ...]  # how it must fail (empty: a new defect, not measured yet)
+    target: str  # --impl target, the subject of its catches
+    catches: tuple[Catch, ...]  # what it must break (empty: a new defect, not measured yet)
 
     @property
     def name(self) -> str:
@@ -39,13 +39,13 @@ class Defect:
 
     @property
     def breaks(self) -> tuple[str, ...]:
-        """The claims it must break (its rows')."""
-        return tuple(sorted({row.claim for row in self.rows}))
+        """The claims it must break (its catches')."""
+        return tuple(sorted({catch.claim for catch in self.catches}))
 
     @property
     def source(self) -> str:
-        """Where its bug class was reported (its rows' `reported`)."""
-        return "; ".join(dict.fromkeys(row.reported for row in self.rows))
+        """Where its bug class was reported (its catches' `reported`)."""
+        return "; ".join(dict.fromkeys(catch.reported for catch in self.catches))
 
 
 def _module(path: str):
@@ -53,16 +53,17 @@ def _module(path: str):
 
 
 def _zoo_defects() -> tuple[Defect, ...]:
-    rows = [row for row in load_table(section="fixture") if row.subject.partition(":")[0] in MODULES]
-    subjects = dict.fromkeys(row.subject for row in rows)
-    return tuple(Defect(subject, tuple(row for row in rows if row.subject == subject)) for subject in subjects)
+    catches = [catch for catch in load_catches(CATCHES) if catch.subject.partition(":")[0] in MODULES]
+    subjects = dict.fromkeys(catch.subject for catch in catches)
+    return tuple(Defect(subject, tuple(c for c in catches if c.subject == subject)) for subject in subjects)
 
 
 DEFECTS = _zoo_defects()
 
 
 def defect_named(name: str) -> Defect:
-    """The zoo's defect `name` (a function of zoo/wrong.py or zoo/declared.py), with its rows (none for a new one)."""
+    """The zoo's defect `name` (a function of zoo/wrong.py or zoo/declared.py), with its catches (none for a new
+    one)."""
     for defect in DEFECTS:
         if defect.name == name:
             return defect

@@ -18,18 +18,24 @@ SETTINGS: dict[str, tuple[dict, ...]] = {
                                            for through in (["values"], ["keys"], ["values", "keys"])
                                            for across in ("sequence", "pack")),
     "keyless-lse-finite": ({"fill": -0.7 * 3.4028234663852886e38},),
+    "projections-spread-nonfinite": ({"then": []}, {"then": ["values", "keys"]}),
+    "hidden-nonfinite-reaches-gradients": ({"gradients": ["dq"]}, {"gradients": ["dq", "dk"]},
+                                           {"gradients": ["dq", "dv"]}, {"gradients": ["dq", "dk", "dv"]}),
 }
-NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone")
+NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone",
+                     "unwritten-shared-memory-read")
 RAISED = re.compile(r"^the implementation raised (\w+): (.*)")
 REPORTED = re.compile(r"^(memcheck|racecheck|synccheck) reports a defect in [^:]*: (.*)")
 WORDS = 8  # of an error's text, in the pattern accept mode writes
 
 
 def _pattern(text: str) -> str:
-    """A regex of the first words of `text`, numbers generalised, under 200 characters."""
-    words = text.splitlines()[0].split()[:WORDS]
-    escaped = re.escape(" ".join(words))
-    return re.sub(r"\d+", r"\\d+", escaped)[:160]
+    """A regex of the first words of `text` (a word holding a digit, an address or a count, stands for any),
+    under 200 characters."""
+    words = [r"\S+" if re.search(r"\d", word) else re.escape(word) for word in text.splitlines()[0].split()[:WORDS]]
+    while words and words[0] == r"\S+":
+        words.pop(0)
+    return r"\s+".join(words)[:160]
 
 
 def candidates(failure: PropertyViolation) -> list[Deviation]:

@@ -33,12 +33,13 @@ NOT_JUDGED = ("dropout_p", "dropout_seed")  # calls whose outputs the oracle doe
 GRADIENT_NAMES = {"dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dBias", "dsinks": "dSinks"}
 
 
-def deviation_call(trial, problem, *, d_out: np.ndarray | None = None) -> Call:
+def deviation_call(trial, problem, extra: Mapping | None = None, *, d_out: np.ndarray | None = None) -> Call:
     """The call as its deviations read it: the values the implementation received (float64), its problem's
-    keywords as handed, its dtype and causal alignment."""
+    keywords as handed, its dtype and causal alignment, the cotangent of a backward, its tile keywords."""
     q, k, v = trial.exact_inputs(problem)
     return Call(q, k, v, problem.handed(trial.variant.dtype).kwargs(), trial.variant.dtype,
-                trial.variant.capabilities.causal_alignment, None if d_out is None else d_out.astype(np.float64))
+                trial.variant.capabilities.causal_alignment, None if d_out is None else d_out.astype(np.float64),
+                _model_keywords(trial, extra or {}))
 
 
 def _where(mask: np.ndarray, name: str) -> str:
@@ -96,6 +97,7 @@ class _Judged:
         self.expected = np.array(expected, dtype=np.float64)
         self.allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), got.shape).copy()
         self.non_finite = np.zeros(got.shape, dtype=bool)
+        self.free = np.zeros(got.shape, dtype=bool)  # not judged here: the oracle is itself non-finite (a poison seen)
         self.explained: dict[Deviation, np.ndarray] = {}
 
     def explain(self, deviation: Deviation, mask: np.ndarray | None) -> None:
@@ -105,7 +107,13 @@ class _Judged:
 
     def predict(self, deviation: Deviation, mask: np.ndarray, values: np.ndarray) -> None:
         self.expected = np.where(mask, values, self.expected)
+        self.free = self.free & ~mask
         self.explain(deviation, mask)
+
+    def undefined(self, deviation: Deviation, mask: np.ndarray | None) -> None:
+        if mask is not None and mask.any():
+            self.free = self.free | mask
+            self.explain(deviation, mask)
 
     def must_be_non_finite(self, deviation: Deviation, mask: np.ndarray | None) -> None:
         if mask is not None and mask.any():
@@ -116,7 +124,7 @@ class _Judged:
         """Fail on an element outside the prediction; else the output as the property sees it, and each deviation
         that changed it recorded."""
         __tracebackhide__ = True
-        bad = _bad(self.got, self.expected, self.allowed, self.non_finite)
+        bad = _bad(self.got, self.expected, self.allowed, self.non_finite) & ~(self.free & ~self.non_finite)
         if bad.any():
             _fail(trial, problem, self.name, self.got, self.expected, self.allowed, self.non_finite, bad, run)
         explained = np.zeros(self.got.shape, dtype=bool)
@@ -126,18 +134,25 @@ class _Judged:
         changed = _differs(seen, self.got)
         for deviation, mask in self.explained.items():
             if (mask & changed).any():
-                run.record(deviation, _where(mask & changed, self.name))
+                run.record(deviation, _where(mask & changed, self.name), int((mask & changed).sum()))
         return seen.astype(dtype) if dtype != np.float64 else seen
 
 
 def _extra(deviations, call: Call, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The deviations' extra allowances for output `name`, summed (each also explains the elements it widens)."""
     total = np.zeros(shape)
     for deviation in deviations:
-        found = getattr(deviation, "extra_allowance", None)
-        part = found(call).get(name) if found else None
+        part = deviation.extra_allowance(call).get(name)
         if part is not None:
             total = total + np.broadcast_to(part, shape)
     return total
+
+
+def _widened(judged, deviations, call: Call, name: str) -> None:
+    for deviation in deviations:
+        part = deviation.extra_allowance(call).get(name)
+        if part is not None:
+            judged.explain(deviation, np.broadcast_to(part, judged.got.shape) > 0)
 
 
 def _model_keywords(trial, extra: Mapping) -> dict:
@@ -166,20 +181,44 @@ def judge_output(trial, problem, extra: Mapping, raw: object) -> object:
         run.record(allowing[0], f"out returned as {out.dtype.name}")
         out = out.astype(dtype)
     run.calls += 1
-    call = deviation_call(trial, problem)
-    judged = (_poisoned_forward if call.poisoned else _plain_forward)(trial, problem, extra, call, out, lse, run)
+    call = deviation_call(trial, problem, extra)
+    if call.poisoned:
+        judged = _poisoned_forward(trial, problem, extra, call, out, lse, run)
+    else:
+        judged = _plain_forward(trial, problem, call, trial.oracle_kwargs(problem), out, lse, run)
     if judged is None:
         return (out, lse) if with_lse else out
     return judged if with_lse else judged[0]
 
 
-def _plain_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRun):
+def judge_sequence(trial, problem, exact: tuple[np.ndarray, ...], keywords: Mapping, out: np.ndarray,
+                   lse: object) -> tuple[np.ndarray, object]:
+    """One packed sequence's output (1, heads, n_q, d_v) and log-sum-exp as the property sees them in deviation mode:
+    judged as a dense call on the sequence's own q, k, v and `keywords` (specs.varlen.sequence_kwargs). A sequence
+    with no key is judged as one whose single key is hidden (value 0: the padding an implementation averages)."""
+    __tracebackhide__ = True
+    run = active()
+    if run is None:
+        return out, lse
+    q, k, v = exact
+    keywords = dict(keywords)
+    if not k.shape[2]:
+        k, v = np.zeros(k.shape[:2] + (1, k.shape[3])), np.zeros(v.shape[:2] + (1, v.shape[3]))
+        keywords["mask"] = np.zeros((1, 1, 1, 1), dtype=bool)
+    alignment = keywords.pop("causal_alignment", trial.variant.capabilities.causal_alignment)
+    call = Call(q, k, v, keywords, trial.variant.dtype, alignment)
+    lse_array = None if lse is None else as_numpy(lse).astype(np.float64)
+    judged = _plain_forward(trial, problem, call, {**keywords, "causal_alignment": alignment},
+                            np.asarray(out, dtype=np.float64), lse_array, run)
+    return (out, lse) if judged is None else judged
+
+
+def _plain_forward(trial, problem, call: Call, keywords: Mapping, out, lse, run: DeviationRun):
     __tracebackhide__ = True
     deviations = run.deviations
     variant_dtype = trial.variant.dtype
     judging = _judging_dtype(deviations, variant_dtype)
-    keywords = trial.oracle_kwargs(problem)
-    tiles = _model_keywords(trial, extra)
+    tiles = dict(call.tiles)
     model = DeviantModel(deviations, tiles)
     try:
         reference, _ = forward_allowance(call.q, call.k, call.v, dtype=variant_dtype, past_range=trial.past_range,
@@ -198,12 +237,15 @@ def _plain_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRu
         if bound is not None:
             outputs.append(_Judged("lse", lse.astype(np.float64), reference.lse, result.lse,
                                    bound.bound + _extra(deviations, call, "lse", reference.lse.shape)))
+    for judged in outputs:
+        _widened(judged, deviations, call, judged.name)
     for deviation in deviations:
         everything = deviation.explains_everything(variant_dtype)
         single = None
         if deviation in model.deviations:
             single = DeviantModel((deviation,), tiles)(call.q, call.k, call.v, **keywords)
         non_finite = deviation.non_finite(call)
+        undefined = deviation.undefined(call)
         predicted = deviation.predicted_values(call)
         for judged in outputs:
             if everything:
@@ -211,6 +253,7 @@ def _plain_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRu
             if single is not None:
                 judged.explain(deviation, _differs(getattr(single, judged.name), judged.reference))
             judged.must_be_non_finite(deviation, non_finite.get(judged.name))
+            judged.undefined(deviation, undefined.get(judged.name))
             if judged.name in predicted:
                 judged.predict(deviation, *predicted[judged.name])
     seen = [judged.settle(trial, problem, run, np.dtype(np.float64) if judged.name == "lse" else trial.dtype)
@@ -219,7 +262,8 @@ def _plain_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRu
 
 
 def _garbage(problem):
-    return problem.replace(q=finite_garbage(problem.q), k=finite_garbage(problem.k), v=finite_garbage(problem.v))
+    """The same problem with finite garbage in place of its poison (specs.fill)."""
+    return problem.derive("p = p.replace(q=finite_garbage(p.q), k=finite_garbage(p.k), v=finite_garbage(p.v))")
 
 
 def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRun):
@@ -230,7 +274,7 @@ def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: Deviatio
         trial.call(clean, **{key: value for key, value in extra.items() if key != "return_lse"})
     judging = _judging_dtype(deviations, trial.variant.dtype)
     keywords = trial.oracle_kwargs(problem)
-    clean_call = deviation_call(trial, clean)
+    clean_call = deviation_call(trial, clean, extra)
     try:
         _, allowance = forward_allowance(clean_call.q, clean_call.k, clean_call.v, dtype=judging,
                                          past_range=trial.past_range,
@@ -241,6 +285,7 @@ def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: Deviatio
     reference = call.oracle
     judged = _Judged("out", out.astype(np.float64), reference.out, reference.out,
                      allowance.bound + _extra(deviations, call, "out", out.shape))
+    judged.free = ~np.isfinite(reference.out)  # a row that sees the poison: its own claims judge it
     for deviation in deviations:
         judged.must_be_non_finite(deviation, deviation.non_finite(call).get("out"))
         predicted = deviation.predicted_values(call)
@@ -257,14 +302,35 @@ def judge_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tupl
     run = active()
     if run is None or any(key in extra for key in NOT_JUDGED):
         return grads
+    call = deviation_call(trial, problem, extra, d_out=d_out)
+    clean = deviation_call(trial, _garbage(problem), extra, d_out=d_out) if call.poisoned else call
+    return _judge_backward(trial, problem, call, clean, trial.oracle_kwargs(problem), wrt, grads, run)
+
+
+def judge_sequence_gradients(trial, problem, exact: tuple[np.ndarray, ...], d_out: np.ndarray, keywords: Mapping,
+                             grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """One packed sequence's dQ, dK, dV (dense layout) as the property sees them in deviation mode: judged as a dense
+    backward on the sequence's own q, k, v, cotangent and `keywords`."""
+    __tracebackhide__ = True
+    run = active()
+    if run is None:
+        return grads
+    keywords = dict(keywords)
+    alignment = keywords.pop("causal_alignment", trial.variant.capabilities.causal_alignment)
+    call = Call(*exact, keywords, trial.variant.dtype, alignment, d_out.astype(np.float64))
+    return _judge_backward(trial, problem, call, call, {**keywords, "causal_alignment": alignment}, (), grads, run)
+
+
+def _judge_backward(trial, problem, call: Call, source: Call, keywords: Mapping, wrt: tuple[str, ...],
+                    grads: tuple[np.ndarray, ...], run: DeviationRun) -> tuple[np.ndarray, ...]:
+    """dQ, dK, dV (and `wrt`'s) of `call` judged against the deviations; `source`: the call itself, or the same
+    with finite garbage in place of its poison (whose gradients are the oracle's where they are finite)."""
+    __tracebackhide__ = True
     run.calls += 1
     deviations = run.deviations
-    call = deviation_call(trial, problem, d_out=d_out)
     names = ("dq", "dk", "dv", *(f"d{name}" for name in wrt))
-    keywords = trial.oracle_kwargs(problem)
     judging = _judging_dtype(deviations, trial.variant.dtype)
-    model = DeviantModel(deviations, _model_keywords(trial, extra))
-    source = deviation_call(trial, _garbage(problem), d_out=d_out) if call.poisoned else call
+    model = DeviantModel(deviations, call.tiles)
     try:
         reference = gradient_allowance(source.q, source.k, source.v, source.d_out, dtype=trial.variant.dtype,
                                        **keywords)
@@ -283,7 +349,10 @@ def judge_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tupl
     for name, got in zip(names, grads, strict=True):
         exact, _ = pick(reference, name)
         expected, allowance = pick(predicted, name)
-        outputs.append(_Judged(GRADIENT_NAMES[name], got.astype(np.float64), exact, expected, allowance.bound))
+        widening = _extra(deviations, call, name, got.shape)
+        outputs.append(_Judged(GRADIENT_NAMES[name], got.astype(np.float64), exact, expected,
+                               allowance.bound + widening))
+        _widened(outputs[-1], deviations, call, name)
     seeing = {}
     if call.poisoned:  # rows that see the poison: non-finite gradients there conform
         from specs.deviations.reach import rows_to_gradients
@@ -291,12 +360,12 @@ def judge_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tupl
         seeing = rows_to_gradients(call, ~np.isfinite(call.oracle.out).all(axis=-1))
     for name, judged in zip(names, outputs, strict=True):
         if name in seeing:
-            judged.expected = np.where(seeing[name], np.nan, judged.expected)
+            judged.free = seeing[name]
     for deviation in deviations:
         everything = deviation.explains_everything(trial.variant.dtype)
         single = None
         if not call.poisoned and deviation in model.deviations:
-            single_model = DeviantModel((deviation,), _model_keywords(trial, extra))
+            single_model = DeviantModel((deviation,), call.tiles)
             single_grads = attention_backward(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
             single_mods = score_mod_gradients(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
             single = {**dict(zip(("dq", "dk", "dv"), single_grads, strict=True)),
@@ -309,6 +378,32 @@ def judge_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tupl
                 judged.explain(deviation, _differs(single[name], judged.reference))
             judged.must_be_non_finite(deviation, non_finite.get(name))
     return tuple(judged.settle(trial, problem, run, grad.dtype) for judged, grad in zip(outputs, grads, strict=True))
+
+
+def judge_pack(trial, problem, arrays: tuple, raw: object, call_again) -> object:
+    """A varlen pack whose unused positions hold a poison, in deviation mode: when a declared deviation says the
+    poison reaches the pack's rows, the elements it predicts must be non-finite, and the property sees the same call
+    made again with finite garbage in their place (`call_again(arrays)`), which it then judges as any other."""
+    __tracebackhide__ = True
+    run = active()
+    packed = [as_numpy(x) for x in arrays[:3]]
+    if run is None or any(x is None for x in packed) or all(np.all(np.isfinite(x)) for x in packed):
+        return raw
+    out = as_numpy(raw[0] if isinstance(raw, tuple) else raw)
+    for deviation in run.deviations:
+        reached = getattr(deviation, "reached_in_pack", None)
+        predicted = reached(*(x.astype(np.float64) for x in packed)) if reached else None
+        if predicted is None or out is None or out.shape != predicted.shape:
+            continue
+        bad = predicted & np.isfinite(out)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            trial.fail("the packed output differs from what the declared deviations predict", problem,
+                       details=(f"out{list(where)} = {out[where]!r}, which {deviation.describe()} says is non-finite",
+                                f"elements outside the prediction: {int(bad.sum())} of {bad.size}"))
+        run.record(deviation, _where(predicted, "the pack's out"), int(predicted.sum()))
+        return call_again(tuple(finite_garbage(x) for x in packed) + tuple(arrays[3:]))
+    return raw
 
 
 def judge_raise(trial, problem, summary: str) -> None:

@@ -32,10 +32,6 @@ from protocol.known_defects import Row
 PAIRED = 8  # accept mode tries pairs among this many first candidates
 
 
-class ReplayOverrun(Exception):
-    """The second run drew more than the first: the property's draws depend on the implementation's outputs."""
-
-
 class _RecordingData:
     """Hypothesis' `data` object, each draw remembered (a copy) for the second run."""
 
@@ -50,14 +46,16 @@ class _RecordingData:
 
 
 class _ReplayedData:
-    """The first run's draws, in order."""
+    """The first run's draws, in order; past them (the first run failed before its later draws), new draws from the
+    same example's data."""
 
-    def __init__(self, drawn: list) -> None:
-        self._drawn = list(drawn)
+    def __init__(self, recording: _RecordingData) -> None:
+        self._drawn = list(recording.drawn)
+        self._data = recording._data
 
     def draw(self, strategy, label=None):
         if not self._drawn:
-            raise ReplayOverrun("the property drew more in its second run than in its first")
+            return self._data.draw(strategy, label=label)
         return copy.deepcopy(self._drawn.pop(0))
 
 
@@ -78,10 +76,23 @@ def explain(run_again: Callable[[], None], deviation_run: DeviationRun) -> None:
             run_again()
         except (ExplainedStop, UnsatisfiedAssumption):
             pass
+        except DeclaredViolation:  # what is left is a seed sentence false as written: expected, as it stands
+            raise
         except PropertyViolation as unexplained:
             names = ", ".join(deviation.describe() for deviation in deviation_run.deviations)
             raise unexplained.noted(f"not explained by the declared deviations ({names}); they explained: "
                                     f"{deviation_run.summary() or 'nothing'}") from None
+
+
+def _declare(running: RunningCheck, claims: tuple[str, ...], rows: tuple[Row, ...], failure: PropertyViolation,
+             deviation_run: DeviationRun) -> None:
+    """Record the example as one the rows' deviations explained."""
+    if not deviation_run.fired:
+        return
+    indices = tuple(i for i, row in enumerate(running.variant.impl.known_defects)
+                    if row in rows and row.deviation.describe() in deviation_run.fired)
+    running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
+                                    failure.counterexample(), _problem_size(failure)))
 
 
 def _undeclared_for(claims: tuple[str, ...], rows: tuple[Row, ...], fired: set[str]) -> list[str]:
@@ -90,39 +101,51 @@ def _undeclared_for(claims: tuple[str, ...], rows: tuple[Row, ...], fired: set[s
             if not fired <= {row.deviation.describe() for row in rows if row.claim == claim}]
 
 
+def _explains(run_again: Callable[[], None], rows: tuple[Row, ...]) -> DeviationRun | None:
+    """The second run under `rows`, if it explains the example."""
+    deviation_run = DeviationRun(rows)
+    try:
+        explain(run_again, deviation_run)
+    except PropertyViolation:
+        return None
+    return deviation_run if deviation_run.fired else None
+
+
 def _accepted(running: RunningCheck, claims: tuple[str, ...], failure: PropertyViolation,
               run_again: Callable[[], None]) -> bool:
-    """Accept mode: whether a set of the deviations accepted so far for `claims` and the catalogue's explains the
-    example (then recorded as accepted and declared)."""
+    """Accept mode: whether the deviations accepted so far for `claims`, or else the narrowest (fewest elements
+    explained) of the subject's own and the catalogue's, one at a time and then two, explain the example (then kept
+    as accepted, and the example declared)."""
     variant = running.variant
-    earlier = tuple(dict.fromkeys(deviation for claim, deviation in running.accepted if claim in claims))
     declared = tuple(row.deviation for row in running.rows_for(claims))
-    # the subject's own deviations, declared for its other claims, before the catalogue's
+    earlier = tuple(dict.fromkeys(deviation for claim, deviation in running.accepted if claim in claims))
     own = [row.deviation for row in variant.impl.known_defects if variant.dtype in row.dtypes]
     tried = list(dict.fromkeys((*own, *candidates(failure))))
-    sets = [earlier] + [(*earlier, d) for d in tried] + [
-        (*earlier, a, b) for i, a in enumerate(tried[:PAIRED]) for b in tried[i + 1:PAIRED]]
-    for chosen in sets:
-        deviations = tuple(dict.fromkeys((*declared, *chosen)))
-        if not deviations:
-            continue
-        rows = tuple(Row(variant.impl.name, claim, "accepted", (variant.dtype,), deviation)
+
+    def rows_of(chosen) -> tuple[Row, ...]:
+        deviations = tuple(dict.fromkeys((*declared, *earlier, *chosen)))
+        return tuple(Row(variant.impl.name, claim, "accepted", (variant.dtype,), deviation)
                      for claim in claims for deviation in deviations)
-        deviation_run = DeviationRun(rows)
-        try:
-            explain(run_again, deviation_run)
-        except PropertyViolation:
-            continue
-        if not deviation_run.fired:
-            continue
-        new = [d for d in deviations if d.describe() in deviation_run.fired and d not in declared]
-        running.accepted += [(claim, d) for claim in claims for d in new if (claim, d) not in running.accepted]
-        indices = tuple(i for i, row in enumerate(variant.impl.known_defects)
-                        if row.claim in claims and row.deviation.describe() in deviation_run.fired)
-        running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
-                                        failure.counterexample(), _problem_size(failure)))
-        return True
-    return False
+
+    found = _explains(run_again, rows_of(())) if earlier else None
+    catalogue = [d for d in tried if d not in own]
+    singles = ([(d,) for d in own], [(d,) for d in catalogue])
+    pairs = [(a, b) for i, a in enumerate(tried[:PAIRED]) for b in tried[i + 1:PAIRED]]
+    for sets in (*singles, pairs):  # the subject's own first, then the catalogue's, then two at a time
+        if found is not None:
+            break
+        explaining = [run for run in (_explains(run_again, rows_of(chosen)) for chosen in sets) if run is not None]
+        found = min(explaining, key=lambda run: run.elements, default=None)
+    if found is None:
+        return False
+    new = [row.deviation for row in found.rows if row.deviation.describe() in found.fired
+           and row.deviation not in declared]
+    running.accepted += [(claim, d) for claim in claims for d in dict.fromkeys(new) if (claim, d) not in running.accepted]
+    indices = tuple(i for i, row in enumerate(variant.impl.known_defects)
+                    if row.claim in claims and row.deviation.describe() in found.fired)
+    running.declare(DeclaredExample(claims, failure.message(), found.summary(), indices, failure.counterexample(),
+                                    _problem_size(failure)))
+    return True
 
 
 def explained(test: Callable) -> Callable:
@@ -145,7 +168,7 @@ def explained(test: Callable) -> Callable:
             rows = running.rows_for(claims)
 
             def run_again():
-                replayed = {name: _ReplayedData(value.drawn) if isinstance(value, _RecordingData) else value
+                replayed = {name: _ReplayedData(value) if isinstance(value, _RecordingData) else value
                             for name, value in recorded.items()}
                 test(*args, **replayed)
 
@@ -156,6 +179,9 @@ def explained(test: Callable) -> Callable:
             deviation_run = DeviationRun(rows)
             try:
                 explain(run_again, deviation_run)
+            except DeclaredViolation:
+                _declare(running, claims, rows, failure, deviation_run)
+                raise
             except PropertyViolation:
                 if accepting and _accepted(running, claims, failure, run_again):
                     return None
@@ -167,10 +193,7 @@ def explained(test: Callable) -> Callable:
                 raise failure.noted(f"explained by {', '.join(sorted(deviation_run.fired))}, which "
                                     f"{'is' if len(deviation_run.fired) == 1 else 'are'} not declared for "
                                     f"{', '.join(undeclared)}") from None
-            indices = tuple(i for i, row in enumerate(running.variant.impl.known_defects)
-                            if row in rows and row.deviation.describe() in deviation_run.fired)
-            running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
-                                            failure.counterexample(), _problem_size(failure)))
+            _declare(running, claims, rows, failure, deviation_run)
             return None
 
     return run

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.api.evidence import PropertyViolation
+from harness.api.explain import judge_pack, judge_raise
 from harness.api.trial import Trial
 from harness.engine.guarded_call import CallFailed, call_in_process, checked_array
 from specs.problems import Problem
@@ -18,10 +19,17 @@ def call_face(trial: Trial, face: str, arrays: tuple[np.ndarray, ...], keywords:
     """impl.face(face)(*arrays, **keywords) as the implementation takes its tensors; a failure fails the trial."""
     __tracebackhide__ = True
     impl = trial.variant.impl
-    try:
-        return call_in_process(impl.face(face), arrays, keywords, impl.capabilities.tensors)
-    except CallFailed as failure:
-        trial.fail(failure.summary, problem, script=script)
+
+    def call(inputs: tuple) -> object:
+        try:
+            return call_in_process(impl.face(face), inputs, keywords, impl.capabilities.tensors)
+        except CallFailed as failure:
+            if failure.kind == "raised":
+                judge_raise(trial, problem, failure.summary)
+            trial.fail(failure.summary, problem, script=script)
+
+    raw = call(arrays)
+    return judge_pack(trial, problem, arrays, raw, call) if face == "varlen" else raw
 
 
 def face_output(trial: Trial, raw: object, shape: tuple[int, ...], problem: Problem, script: str) -> np.ndarray:

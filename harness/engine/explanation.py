@@ -31,15 +31,17 @@ class DeviationRun:
     explained: list[tuple[str, str]] = field(default_factory=list)  # (deviation, where) in call order
     fired: set[str] = field(default_factory=set)  # the deviations that changed what the property saw
     calls: int = 0  # calls judged
+    elements: int = 0  # elements the deviations explained (accept mode keeps the set that explains fewest)
 
     @property
     def deviations(self) -> tuple[Deviation, ...]:
         return tuple({row.deviation.describe(): row.deviation for row in self.rows}.values())
 
-    def record(self, deviation: Deviation, where: str) -> None:
-        """`deviation` explained `where` (elements the property now sees as a conforming implementation returns
+    def record(self, deviation: Deviation, where: str, elements: int = 1) -> None:
+        """`deviation` explained `where` (`elements` the property now sees as a conforming implementation returns
         them, or a raise, an acceptance, a report)."""
         self.fired.add(deviation.describe())
+        self.elements += elements
         if (deviation.describe(), where) not in self.explained:
             self.explained.append((deviation.describe(), where))
 

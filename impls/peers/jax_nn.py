@@ -4,8 +4,8 @@ jax.nn's documented semantics: q (batch, n_q, heads, d), k and v (batch, n_k, he
 with heads and positions swapped), heads a multiple of heads_kv (GQA), d_v equal to d; `scale` None means 1/sqrt(d);
 `mask` True = may attend and `bias` added to the scaled scores, each broadcast to (batch, heads, n_q, n_k);
 `is_causal` and `local_window_size=(left, right)` both aligned top-left (query i sees keys i - left .. i + right;
-the protocol's unbounded side, a negative one, becomes n_k); `return_residual=True` gives the LSE as (batch, n_q,
-heads), natural log. Run op by op, XLA compiles each operation for each new shape (compiles_per_shape: the shapes
+the protocol's unbounded side, a negative one, becomes n_q + n_k, past every distance between a query and a key);
+`return_residual=True` gives the LSE as (batch, n_q, heads), natural log. Run op by op, XLA compiles each operation for each new shape (compiles_per_shape: the shapes
 are drawn from a fixed set). Its backward is jax.vjp of the same call. Float64 needs `jax_enable_x64`, set before
 the first call. Its varlen face (protocol.faces) maps the packed sequences to `query_seq_lengths` and
 `key_value_seq_lengths`: each sequence's rows (and its first seqused_k keys) padded with zeros to (sequences,
@@ -42,11 +42,14 @@ def _bthd(x: np.ndarray) -> np.ndarray:
     return np.swapaxes(x, 1, 2)
 
 
-def _window(window_size, n_k: int):
+def _window(window_size, n_q: int, n_k: int):
+    """local_window_size for the protocol's window: an unbounded (negative) side becomes n_q + n_k, past every
+    distance between a query and a key (top-left, query i and key j are i - j apart: up to n_q - 1 on the left and
+    n_k - 1 on the right)."""
     if window_size is None:
         return None
     left, right = window_size
-    return (left if left >= 0 else n_k, right if right >= 0 else n_k)
+    return (left if left >= 0 else n_q + n_k, right if right >= 0 else n_q + n_k)
 
 
 def _jax_nn_call(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None, residual=False):
@@ -56,7 +59,8 @@ def _jax_nn_call(q, k, v, *, scale=None, causal=False, mask=None, bias=None, win
     return jax.nn.dot_product_attention(
         jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), bias=bias,
         mask=None if mask is None else jnp.asarray(mask), scale=scale, is_causal=causal,
-        local_window_size=_window(window_size, k.shape[2]), implementation="xla", return_residual=residual)
+        local_window_size=_window(window_size, q.shape[2], k.shape[2]), implementation="xla",
+        return_residual=residual)
 
 
 @attention_impl(name="jax-nn", backend="peers", dtypes=("float64", "float32"), causal_alignment="top_left",
@@ -65,7 +69,7 @@ def _jax_nn_call(q, k, v, *, scale=None, causal=False, mask=None, bias=None, win
 def jax_dot_product_attention(q, k, v, *, scale=None, causal=False, mask=None, bias=None, window_size=None,
                               return_lse=False):
     jnp = _jax().numpy
-    checked_mods(q, k, v, window_size=window_size)  # the adapter turns an unbounded side into n_k
+    checked_mods(q, k, v, window_size=window_size)  # the adapter turns an unbounded side into n_q + n_k
     result = _jax_nn_call(*(jnp.asarray(x) for x in (q, k, v)), scale=scale, causal=causal, mask=mask,
                           bias=None if bias is None else jnp.asarray(check_bias_values(bias)), window_size=window_size,
                           residual=return_lse)
@@ -114,7 +118,7 @@ def _jax_varlen_call(q, k, v, packing: Packing, *, scale=None, causal=False, win
         padded(q, rows_q, seq_q, pos_q, longest_q), padded(k, rows_k, seq_k, pos_k, longest_k),
         padded(v, rows_k, seq_k, pos_k, longest_k), scale=scale, is_causal=causal,
         query_seq_lengths=jnp.asarray(lengths_q, jnp.int32), key_value_seq_lengths=jnp.asarray(lengths_k, jnp.int32),
-        local_window_size=_window(window_size, longest_k), implementation="xla", return_residual=residual)
+        local_window_size=_window(window_size, longest_q, longest_k), implementation="xla", return_residual=residual)
     out, lse = result if residual else (result, None)
     packed = jnp.zeros((q.shape[0],) + out.shape[2:], out.dtype).at[rows_q].set(out[seq_q, pos_q])
     if not residual:

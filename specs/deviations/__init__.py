@@ -16,16 +16,18 @@ import numpy as np
 
 from specs.deviations.base import OUTPUTS, Call, Deviation, DeviationError, PatternDeviation
 from specs.deviations.errors import ERROR_DEVIATIONS
+from specs.deviations.kernels import KERNEL_DEVIATIONS
 from specs.deviations.lse import LSE_DEVIATIONS
 from specs.deviations.model import DeviantModel
 from specs.deviations.poison import POISON_DEVIATIONS
 from specs.deviations.precision import PRECISION_DEVIATIONS
-from specs.deviations.reach import finite_garbage
 from specs.deviations.rows import ROW_DEVIATIONS
+from specs.fill import finite_garbage
 
 # narrowest first: accept mode (harness.pytest_plugin.accept) tries them in this order
 CATALOGUE: dict[str, type[Deviation]] = {cls.name: cls for cls in (
-    *ROW_DEVIATIONS, *POISON_DEVIATIONS, *LSE_DEVIATIONS, *ERROR_DEVIATIONS, *PRECISION_DEVIATIONS)}
+    *ROW_DEVIATIONS, *POISON_DEVIATIONS, *LSE_DEVIATIONS, *ERROR_DEVIATIONS, *KERNEL_DEVIATIONS,
+    *PRECISION_DEVIATIONS)}
 
 
 class OwnDeviation(Deviation):

@@ -9,6 +9,7 @@ its keywords, its dtype) it says which elements of the call's outputs it explain
 - a precision (`judging_dtype`, `naive`): every element is explained, and judged by the tolerance model of
   another precision or of a naive formula that rounds where the implementation rounds;
 - non-finite elements (`non_finite`): elements that must each be NaN or infinite (a poison that reaches rows);
+- undefined elements (`undefined`): a kernel's output read from memory no thread wrote, explained with no value;
 - a raised error, an accepted input, a checker's report (`explains_raise`, `accepts`, `explains_report`).
 Every other element of the call is judged against the oracle as before.
 """
@@ -35,9 +36,8 @@ class DeviationError(ValueError):
 @dataclass(frozen=True)
 class Call:
     """One call of an implementation as a deviation reads it: the values it received (held in float64), the
-    keywords of its problem (specs.problems.Problem.kwargs), the implementation's dtype and causal alignment, and for
-    a backward call the cotangent. `pack`: the call reached the implementation's varlen face as one packed batch
-    (its sequences share one call, so a poison may cross from one to another)."""
+    keywords of its problem (specs.problems.Problem.kwargs), the implementation's dtype and causal alignment, for a
+    backward call the cotangent, and the tile keywords it passed."""
 
     q: np.ndarray
     k: np.ndarray
@@ -46,7 +46,7 @@ class Call:
     dtype: str = "float64"
     causal_alignment: str = "top_left"
     d_out: np.ndarray | None = None
-    pack: bool = False
+    tiles: Mapping = field(default_factory=dict)  # the call's tile keywords (block sizes), which the oracle ignores
 
     def oracle_keywords(self) -> dict:
         """What specs.reference.attention takes for this call (arrays in float64)."""
@@ -135,6 +135,11 @@ class Deviation:
 
     def non_finite(self, call: Call) -> dict[str, np.ndarray]:
         """Output name -> boolean mask of the elements of a forward call that must each be non-finite."""
+        return {}
+
+    def undefined(self, call: Call) -> dict[str, np.ndarray]:
+        """Output name -> boolean mask of elements whose value is undefined (read from memory no thread wrote, or
+        wrote under a race): explained, with no value to meet."""
         return {}
 
     def non_finite_gradients(self, call: Call) -> dict[str, np.ndarray]:

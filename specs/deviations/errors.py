@@ -14,6 +14,8 @@ from specs.deviations.base import Call, Deviation, DeviationError, PatternDeviat
 
 ACCEPTS_READS = {
     "values-past-the-keys-ignored": "v longer than k: the values past the last key are never read",
+    "keys-past-the-end-read-as-zeros": "v longer than k: every value is attended, the keys past k's last read as "
+                                       "zeros (a score of 0)",
     "length-one-keys-broadcast": "k (and its bias) of one key broadcast against v's (or the bias's) keys",
 }
 
@@ -52,6 +54,11 @@ class Accepts(Deviation):
             if n_v <= n_k:
                 return None
             return dataclasses.replace(call, v=call.v[:, :, :n_k])
+        if self.reads == "keys-past-the-end-read-as-zeros":
+            if n_v <= n_k:
+                return None
+            zeros = np.zeros(call.k.shape[:2] + (n_v - n_k, call.k.shape[3]))
+            return dataclasses.replace(call, k=np.concatenate([call.k, zeros], axis=2))
         bias = call.keywords.get("bias")
         longest = max(n_k, n_v, 0 if bias is None else np.shape(bias)[-1])
         if n_k != 1 or longest == 1:

@@ -65,7 +65,7 @@ class CausalAlibiLseShift(Deviation):
     def _shift(self, result, q, k, v, keywords) -> np.ndarray:
         shape = check_shapes(q, k, v, finite=False)
         offset = alignment_offset(shape, keywords.get("causal_alignment", "top_left"))
-        slopes = np.asarray(keywords["alibi_slopes"], dtype=np.float64)
+        slopes = np.broadcast_to(np.asarray(keywords["alibi_slopes"], dtype=np.float64), (shape.batch, shape.heads))
         rows = np.arange(shape.n_q) + offset
         return slopes[:, :, None] * rows[None, None, :]
 
@@ -83,7 +83,8 @@ class CausalAlibiLseShift(Deviation):
         if not self._applies(keywords):
             return {}
         result = call.oracle
-        slopes = np.abs(np.asarray(keywords["alibi_slopes"], dtype=np.float64))
+        slopes = np.abs(np.broadcast_to(np.asarray(keywords["alibi_slopes"], dtype=np.float64),
+                                        result.out.shape[:2]))
         u = unit_roundoff(np.float64 if call.dtype == "float64" else np.float32)
         v_all = np.repeat(call.v, call.group, axis=1) if call.group > 1 else call.v
         second = result.weights @ (v_all * v_all)

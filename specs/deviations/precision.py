@@ -9,7 +9,9 @@ import numpy as np
 
 from specs.deviations.base import Deviation
 from specs.dtypes import accumulator
+from specs.gradients import attention_backward, sum_groups
 from specs.reference import matmul, repeat_kv
+from specs.tolerance import unit_roundoff
 
 
 class Float32Softmax(Deviation):
@@ -54,4 +56,22 @@ class ScoresRoundedBeforeSoftmax(Deviation):
         return dataclasses.replace(result, weights=weights, out=matmul(weights, v_all).astype(dtype))
 
 
-PRECISION_DEVIATIONS = (Float32Softmax, Float32Result, ScoresRoundedBeforeSoftmax)
+
+
+class GqaBackwardRoundsPerHead(Deviation):
+    name = "gqa-backward-rounds-per-head"
+    summary = ("with grouped kv heads the backward rounds each query head's dK and dV to the dtype before summing "
+               "the group: dK and dV may err by a rounding of each head's part, u sum_h |dK_h|, beyond the "
+               "tolerance model's (whose naive backward sums the group in float32)")
+
+    def extra_allowance(self, call):
+        if call.d_out is None or call.group == 1 or call.dtype not in ("float16", "bfloat16"):
+            return {}
+        keywords = call.oracle_keywords()
+        k_all, v_all = (repeat_kv(x, call.group) for x in (call.k, call.v))
+        _, d_k, d_v = attention_backward(call.q, k_all, v_all, call.d_out, **keywords)
+        u = unit_roundoff(call.dtype)
+        return {"dk": u * sum_groups(np.abs(d_k), call.k.shape[1]), "dv": u * sum_groups(np.abs(d_v), call.k.shape[1])}
+
+
+PRECISION_DEVIATIONS = (Float32Softmax, Float32Result, ScoresRoundedBeforeSoftmax, GqaBackwardRoundsPerHead)

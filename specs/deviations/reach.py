@@ -1,5 +1,4 @@
-"""Where a non-finite value goes once it is in a call: from rows of the output to the gradients those rows feed, and
-the finite garbage that takes a poison's place when a call is judged again without it."""
+"""Where a non-finite value goes once it is in a call: from rows of the output to the gradients those rows feed."""
 
 from __future__ import annotations
 
@@ -7,9 +6,6 @@ import numpy as np
 
 from specs.deviations.base import Call
 from specs.gradients import reduce_to_shape
-
-GARBAGE_SEED = 20260  # the garbage is the same on every run
-
 
 def rows_to_gradients(call: Call, rows: np.ndarray) -> dict[str, np.ndarray]:
     """The gradient elements a non-finite output row reaches (rows: (batch, heads, n_q)): dQ of the row, dK and dV of
@@ -30,13 +26,3 @@ def rows_to_gradients(call: Call, rows: np.ndarray) -> dict[str, np.ndarray]:
     if call.keywords.get("sinks") is not None:
         reached["dsinks"] = rows.any(axis=(0, 2))
     return reached
-
-
-def finite_garbage(x: np.ndarray) -> np.ndarray:
-    """`x` with every NaN and Inf replaced by a finite value of ordinary size from a fixed stream: values no row may
-    read, which change the output of an implementation that reads them."""
-    bad = ~np.isfinite(x)
-    if not bad.any():
-        return x
-    stream = np.random.default_rng(GARBAGE_SEED).uniform(-3.0, 3.0, size=x.shape).astype(x.dtype)
-    return np.where(bad, stream, x)

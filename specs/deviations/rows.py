@@ -157,70 +157,78 @@ class BlocksNormalisedAlone(Deviation):
 
 class ExpWithoutMaxShift(Deviation):
     name = "exp-without-max-shift"
-    summary = ("the weights are exp(S) / sum exp(S) with no maximum subtracted: a row with a score above "
-               "log(max) (709.78 in float64) overflows to inf / inf = NaN, a row whose exponentials all underflow "
-               "to 0 is 0 / 0 = NaN, and subnormal exponentials cost the ratio its precision")
+    summary = ("the output is the ratio of exponential sums (e^S V) / (sum e^S), no maximum subtracted (seed 000 § "
+               "Flash Attention taken literally): a score above log(max) (709.78 in float64) overflows, a product "
+               "e^S v past the largest finite value overflows the numerator, a row whose exponentials all underflow "
+               "is 0 / 0, and subnormal exponentials cost the ratio its precision; each as the formula computes it")
 
     @staticmethod
-    def _exponentials(result: AttentionResult) -> tuple[np.ndarray, np.ndarray]:
-        with np.errstate(over="ignore", under="ignore"):
+    def _ratio(result: AttentionResult, v: np.ndarray, group: int) -> np.ndarray:
+        dtype = result.out.dtype
+        with np.errstate(all="ignore"):
             e = np.exp(result.scores)
-        total = e.sum(axis=-1, keepdims=True)
-        has_key = np.isfinite(result.lse) | np.isnan(result.lse)
-        broken = has_key & ~((total[..., 0] > 0) & np.isfinite(total[..., 0]))
-        return e, broken
+            return (matmul(e, repeat_kv(v.astype(dtype, copy=False), group)) / e.sum(axis=-1, keepdims=True)
+                    ).astype(dtype)
 
     def transform(self, result, q, k, v, keywords):
-        if result.mods.any:
+        if result.mods.any or result.allowed is not None:
             return result
-        e, broken = self._exponentials(result)
-        dtype = result.out.dtype
-        total = e.sum(axis=-1, keepdims=True)
-        kept = ~broken[..., None]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            weights = np.where(kept & (total > 0), e / np.where(total > 0, total, dtype.type(1)), result.weights)
-        v_all = repeat_kv(v.astype(dtype, copy=False), q.shape[1] // v.shape[1])
-        return dataclasses.replace(result, weights=weights.astype(dtype),
-                                   out=matmul(weights.astype(dtype), v_all).astype(dtype))
+        ratio = self._ratio(result, v, q.shape[1] // v.shape[1])
+        kept = np.all(np.isfinite(ratio), axis=-1, keepdims=True)
+        return dataclasses.replace(result, out=np.where(kept, ratio, result.out))
 
     def non_finite(self, call):
-        if call.oracle.mods.any:
+        result = call.oracle
+        if result.mods.any or result.allowed is not None:
             return {}
-        _, broken = self._exponentials(call.oracle)
-        if not broken.any():
+        ratio = self._ratio(result, call.v, call.group)
+        rows = ~np.all(np.isfinite(ratio), axis=-1) & np.isfinite(result.out).all(axis=-1)
+        if not rows.any():
             return {}
-        return {"out": np.broadcast_to(broken[..., None], call.oracle.out.shape).copy(), "lse": broken}
+        return {"out": np.broadcast_to(rows[..., None], result.out.shape) & ~np.isfinite(ratio)}
 
     def extra_allowance(self, call: Call) -> dict[str, np.ndarray]:
-        """Exponentials in the subnormal range carry an absolute error of the smallest subnormal each: relative to
-        the row's sum, n_k x that / sum_j e_ij of |v|'s largest, per row."""
-        e, _ = self._exponentials(call.oracle)
-        total = e.sum(axis=-1, keepdims=True)
-        smallest = float(finfo(np.float64).smallest_subnormal)
-        largest_v = float(np.abs(call.v).max(initial=0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            relative = np.where(total > 0, 2 * call.k.shape[2] * smallest / total, 0.0)
-        return {"out": np.broadcast_to(relative * largest_v, call.oracle.out.shape)}
+        """Exponentials in the subnormal range carry an absolute error of up to the smallest subnormal each (exp's
+        last bit there is a large part of the value): relative to the row's sum, 2 n_k x that / sum_j e_ij of
+        |v|'s largest, per row."""
+        with np.errstate(all="ignore"):
+            e = np.exp(call.oracle.scores)
+            total = e.sum(axis=-1, keepdims=True)
+            smallest = float(finfo(np.float64).smallest_subnormal)
+            subnormal = (e.max(axis=-1, keepdims=True) < finfo(np.float64).tiny) & (total > 0)
+            relative = np.where(subnormal, 2 * call.k.shape[2] * smallest / np.where(total > 0, total, 1.0), 0.0)
+        return {"out": np.broadcast_to(relative * float(np.abs(call.v).max(initial=0.0)), call.oracle.out.shape)}
 
 
 class ScoresOverflowDtype(Deviation):
     name = "scores-overflow-dtype"
-    summary = ("the scores are computed in the implementation's own dtype before any softmax correction: where "
-               "q k^T leaves the dtype's range (65504 in float16) the row is non-finite, as the naive formula's is")
+    summary = ("the scores are computed in the implementation's own dtype before any softmax correction: a row "
+               "with a score past the dtype's range (65504 in float16) is what the naive formula makes of it, NaN "
+               "after a +inf score, 0 when every score is -inf")
+
+    @staticmethod
+    def _overflowing(call: Call) -> tuple[np.ndarray, np.ndarray]:
+        """The rows with a score that leaves the dtype's range, and the naive formula's output (float64)."""
+        if call.dtype == "float64":
+            return np.zeros(call.oracle.out.shape[:-1], bool), call.oracle.out
+        low = numpy_dtype(call.dtype)
+        keywords = {key: value.astype(low) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
+                    for key, value in call.oracle_keywords().items()}
+        with np.errstate(all="ignore"):
+            naive = attention(*(x.astype(low) for x in (call.q, call.k, call.v)), finite=False, **keywords)
+        visible = naive.allowed if naive.allowed is not None else np.ones(naive.scores.shape, bool)
+        rows = (np.isinf(naive.scores) & visible).any(axis=-1) & np.isfinite(call.oracle.out).all(axis=-1)
+        return rows, naive.out.astype(np.float64)
 
     def non_finite(self, call):
-        if call.dtype == "float64":
-            return {}
-        low = numpy_dtype(call.dtype)
-        keywords = call.oracle_keywords()
-        with np.errstate(all="ignore"):
-            naive = attention(*(x.astype(low) for x in (call.q, call.k, call.v)), finite=False,
-                              **{key: value.astype(low) if isinstance(value, np.ndarray) and value.dtype.kind == "f"
-                                 else value for key, value in keywords.items()})
-        rows = ~np.all(np.isfinite(naive.out), axis=-1) & np.isfinite(call.oracle.out).all(axis=-1)
-        if not rows.any():
-            return {}
-        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
+        rows, naive = self._overflowing(call)
+        reached = rows[..., None] & ~np.isfinite(naive)
+        return {"out": reached} if reached.any() else {}
+
+    def predicted_values(self, call):
+        rows, naive = self._overflowing(call)
+        finite = rows[..., None] & np.isfinite(naive)
+        return {"out": (finite, np.where(finite, naive, 0.0))} if finite.any() else {}
 
 
-ROW_DEVIATIONS = (KeylessRowMean, KeylessRowNan, BlocksNormalisedAlone, ExpWithoutMaxShift, ScoresOverflowDtype)
+ROW_DEVIATIONS = (KeylessRowMean, KeylessRowNan, BlocksNormalisedAlone, ScoresOverflowDtype, ExpWithoutMaxShift)

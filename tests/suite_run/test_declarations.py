@@ -1,10 +1,12 @@
-"""An expectation row covers what it declares and nothing else (CONTRACT 2; protocol/known_defects.py).
+"""A declared deviation covers what it explains and nothing else (CONTRACT 2; protocol/known_defects.py,
+harness.api.explained_runs).
 
-Each kind of scope (dtype, property, message) is shown to let an undeclared failure of the same
-claim through as an unexpected FAIL (exit 1), and to cover the failure it does declare. Refuted
-seed sentences need their own failure; a property checking two claims blames the one whose
-assertion failed; an error is never hidden behind a declared failure; declarations that catch
-nothing are reported.
+A declaration names the claim, the dtypes and a deviation; a failing example is declared only when the deviation
+explains every element of it. Shown to let an undeclared failure of the same claim through as an unexpected FAIL
+(exit 1) (another dtype, another deviation, a real defect beside the declared behaviour, shrunk to the real
+defect), and to cover the failure it does explain; a pattern over a tolerance failure is refused. Refuted seed
+sentences need their own failure; a property checking two claims blames the one whose assertion failed; an error is
+never hidden behind a declared failure; declarations that catch nothing are reported.
 """
 
 from __future__ import annotations
@@ -16,51 +18,68 @@ from impls.records import BUILTIN_TARGETS, is_builtin
 from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from protocol.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
+from specs.deviations import deviation_from_fields
 from tests.fixtures.runs import run_suite
 
 MASKING = ("properties/test_masking.py::test_masked_attention_matches_oracle",)
+WINDOW = ("properties/test_score_mods.py", "--claims", "sliding-window-attends-its-band")
 
 
-def _declared_run(name: str, tmp_path):
+def _declared_run(name: str, tmp_path, *args: str):
     target = f"tests/fixtures/declared_impls.py:{name}"
-    return target, run_suite(*MASKING, "--impl", target, report_dir=tmp_path)
+    return target, run_suite(*(args or MASKING), "--impl", target, report_dir=tmp_path)
 
 
-def test_the_declared_failure_is_expected(tmp_path):
+def test_the_explained_failure_is_expected(tmp_path):
     target, run = _declared_run("declares_the_failure", tmp_path)
     verdict = run.verdict("sdpa-formula", f"{target}[float64]")
     assert verdict["status"] == "fail" and verdict["expected"], run.output[-3000:]
+    assert "explained as own:masked_after_the_softmax" in verdict["detail"], verdict["detail"]
     assert run.returncode == 0, run.output[-3000:]
 
 
-@pytest.mark.parametrize("name", ["declares_other_dtype", "declares_other_property", "declares_other_message"])
+@pytest.mark.parametrize("name", ["declares_other_dtype", "declares_other_deviation"])
 def test_a_failure_outside_the_declaration_is_unexpected(name, tmp_path):
-    """The issue's case: a masking bug (mask applied after the softmax) under a declaration about
-    something else of the same claim must not pass."""
+    """A masking bug (mask applied after the softmax) under a declaration of another dtype, or of a deviation that
+    does not explain it (a row with no key averaging the values), must not pass."""
     target, run = _declared_run(name, tmp_path)
     verdict = run.verdict("sdpa-formula", f"{target}[float64]")
     assert verdict["status"] == "fail" and not verdict["expected"], verdict
     assert run.returncode == 1
 
 
-def test_a_message_predicate_covers_the_failure_it_names(tmp_path):
-    target, run = _declared_run("declares_matching_message", tmp_path)
-    assert run.verdict("sdpa-formula", f"{target}[float64]")["expected"]
+def test_a_real_defect_beside_a_declared_deviation_is_unexpected_and_shrinks_to_itself(tmp_path):
+    """The issue's case: an outside implementation declaring its real deviation (a row with no visible key averages
+    the values) for the window's claims, with a window whose left end is exclusive. The window's failure is reported
+    unexpected, shrunk to an example the deviation does not explain; the same implementation with the window right
+    passes, its keyless rows declared."""
+    target, run = _declared_run("keyless_mean_and_exclusive_window", tmp_path / "both", *WINDOW)
+    verdict = run.verdict("sliding-window-attends-its-band", f"{target}[float64]")
+    assert verdict["status"] == "fail" and not verdict["expected"], verdict
+    assert "not explained by the declared deviations (keyless-row-mean)" in verdict["detail"], verdict["detail"]
+    assert run.returncode == 1
+    target, run = _declared_run("keyless_mean_only", tmp_path / "right", *WINDOW)
+    verdict = run.verdict("sliding-window-attends-its-band", f"{target}[float64]")
+    assert verdict["status"] == "fail" and verdict["expected"], verdict
+    assert "explained as keyless-row-mean" in verdict["detail"]
     assert run.returncode == 0, run.output[-3000:]
 
 
-def test_a_bare_string_is_rejected_with_the_scoped_form(tmp_path):
-    _, run = _declared_run("bare_string", tmp_path)
+@pytest.mark.parametrize("name, message", [
+    ("bare_string", "a bare string"),
+    ("declares_a_pattern", "declares only a raised error"),
+])
+def test_a_declaration_that_would_hide_failures_is_refused_with_the_deviation_form(name, message, tmp_path):
+    _, run = _declared_run(name, tmp_path)
     assert run.returncode == pytest.ExitCode.USAGE_ERROR
-    assert "a bare string" in run.output and '"dtypes"' in run.output and '"properties"' in run.output
+    assert message in run.output and '"deviation": "<one of specs.deviations' in run.output
 
 
 def test_a_declaration_nothing_triggers_is_a_warning_for_outside_implementations(tmp_path):
-    """declares_other_property's scope (test_output_matches_oracle, where no mask is drawn) ran and
-    caught nothing: reported, without changing the exit status an outside implementation gets."""
-    target = "tests/fixtures/declared_impls.py:declares_other_property"
-    run = run_suite("properties/test_formula.py::test_output_matches_oracle",
-                    "--impl", target, report_dir=tmp_path)
+    """declares_the_failure's deviation has nothing to explain in test_output_matches_oracle (no mask drawn): reported,
+    without changing the exit status an outside implementation gets."""
+    target = "tests/fixtures/declared_impls.py:declares_the_failure"
+    run = run_suite("properties/test_formula.py::test_output_matches_oracle", "--impl", target, report_dir=tmp_path)
     assert f"WARNING: {target}[float64] declares a known defect that no property caught" in run.output
     assert any("sdpa-formula" in problem for problem in run.report["uncaught_declared_defects"])
     assert run.returncode == 0, run.output[-3000:]
@@ -92,12 +111,15 @@ def test_a_refuted_sentence_needs_its_own_failure(tmp_path):
 
 @pytest.mark.parametrize("entry, message", [
     ("overflows", "a bare string"),
-    ({"why": "x", "properties": ("test_a",)}, "`dtypes` is required"),
-    ({"why": "x", "dtypes": ("float64",)}, "name the properties that fail or a `match`"),
-    ({"why": "x", "dtypes": ("float16",), "match": "nan"}, "not among the implementation's"),
-    ({"why": "x", "dtypes": ("float64",), "match": "(unclosed"}, "not a valid regex"),
-    ({"why": "", "dtypes": ("float64",), "match": "nan"}, "`why` (a sentence) is required"),
-    ({"why": "x", "dtypes": ("float64",), "match": "nan", "when": 1}, "unknown fields ['when']"),
+    ({"why": "x", "deviation": "keyless-row-mean"}, "`dtypes` is required"),
+    ({"why": "x", "dtypes": ("float64",)}, "`deviation` is required"),
+    ({"why": "x", "dtypes": ("float16",), "deviation": "keyless-row-mean"}, "not among the implementation's"),
+    ({"why": "x", "dtypes": ("float64",), "deviation": "rejects", "raises": "E", "match": "(unclosed"},
+     "not a valid regex"),
+    ({"why": "", "dtypes": ("float64",), "deviation": "keyless-row-mean"}, "`why` (a sentence) is required"),
+    ({"why": "x", "dtypes": ("float64",), "deviation": "keyless-row-mean", "when": 1}, "unknown fields ['when']"),
+    ({"why": "x", "dtypes": ("float64",), "deviation": "keyless-row-mean", "properties": ("test_a",)},
+     "`properties` no longer scopes"),
 ])
 def test_malformed_declarations_name_the_problem(entry, message):
     with pytest.raises(DefectDeclarationError) as info:
@@ -105,13 +127,10 @@ def test_malformed_declarations_name_the_problem(entry, message):
     assert message in str(info.value)
 
 
-def test_a_scope_covers_exactly_its_dtype_property_and_message():
-    scope = Row("user:fn", "sdpa-formula", "why", ("float16",), ("test_a",), r"returned nan")
-    assert scope.covers("sdpa-formula", "float16", "test_a", "returned nan at out[0]")
-    assert not scope.covers("rows-sum-to-one", "float16", "test_a", "returned nan at out[0]")
-    assert not scope.covers("sdpa-formula", "float32", "test_a", "returned nan at out[0]")
-    assert not scope.covers("sdpa-formula", "float16", "test_b", "returned nan at out[0]")
-    assert not scope.covers("sdpa-formula", "float16", "test_a", "out differs from the oracle")
+def test_a_row_applies_to_its_claim_and_dtypes_only():
+    row = Row("user:fn", "sdpa-formula", "why", ("float16",), deviation_from_fields("keyless-row-mean", {}, "t"))
+    assert row.applies("sdpa-formula", "float16")
+    assert not row.applies("rows-sum-to-one", "float16") and not row.applies("sdpa-formula", "float32")
 
 
 def test_an_error_is_never_hidden_behind_a_declared_failure():
@@ -131,23 +150,18 @@ def _builtin_variant(scopes: tuple[Row, ...]) -> Variant:
 
 
 def test_uncaught_declarations_are_found_only_when_their_properties_ran():
-    scope = Row("numpy-reference", "sdpa-formula", "why", ("float64",), ("test_output_matches_oracle",))
+    scope = Row("numpy-reference", "sdpa-formula", "why", ("float64",),
+                deviation_from_fields("float32-softmax", {}, "test"))
     variant = _builtin_variant((scope,))
     state = RunState([variant], [], load_claims(), builtin=frozenset(BUILTIN_TARGETS))
     assert is_builtin(variant.impl)
     assert uncaught_declarations(state) == []  # nothing ran
-    state.collected[("sdpa-formula", variant.name)].add("properties.test_formula::test_output_matches_oracle")
+    prop = "properties.test_formula::test_output_matches_oracle"
+    state.registered["sdpa-formula"].add(prop)  # the claim's one property, here
+    state.collected[("sdpa-formula", variant.name)].add(prop)
     state.outcomes[("sdpa-formula", variant.name)].append(Outcome("pass", "x", "test_output_matches_oracle"))
     assert [found for found, _ in uncaught_declarations(state)] == [variant]
     assert judge_declarations(state, derandomized=True) and state.warnings[0].startswith("ERROR")
     assert not judge_declarations(state, derandomized=False) and state.warnings[-1].startswith("WARNING")
     state.triggered.add((variant.name, 0))
     assert uncaught_declarations(state) == []
-
-
-def test_a_misspelt_property_is_reported(tmp_path):
-    """A declaration naming a property the claim does not have covers nothing: say so."""
-    target = "tests/fixtures/declared_impls.py:declares_a_misspelt_property"
-    run = run_suite(*MASKING, "--impl", target, report_dir=tmp_path)
-    assert "declares properties ['test_masked_attention_matches_orcale'] for 'sdpa-formula'" in run.output
-    assert run.returncode == 1  # and the failure it meant to declare is unexpected

@@ -1,9 +1,9 @@
-"""Every row of the six wrong implementations of zoo/declared.py is caught, and nothing else is blamed.
+"""Every catch of the six wrong implementations of zoo/declared.py is met, and nothing else is blamed.
 
-Their rows in impls/expectations.toml (`[[fixture]]`, subject = the --impl target) name the claims each bug
-breaks and the symptom. One run of every implementation-level property (the `ci` profile, derandomized, the
-zoo's settings) must meet each one's rows exactly: every row's claim fails as the row says (the properties catch
-the bug), and no other claim fails (its failures point at the right claim).
+Their catches in zoo/catches.toml (subject = the --impl target) name the claims each bug breaks. One run of every
+implementation-level property (the `ci` profile, derandomized, the zoo's settings) must catch each one exactly:
+every catch's claim fails, unexpectedly (the properties catch the bug), and no other claim fails (its failures point
+at the right claim).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-from harness.reporting.rows_met import missed_rows
+from harness.reporting.catches import missed
 from specs.catalogue import load_claims
 from tests.fixtures.runs import ROOT, run_suite
 from zoo import declared as defective_impls
 from zoo.defects import DEFECTS
 
 TARGETS = {name: f"zoo/declared.py:{name}" for name in defective_impls.DEFECTIVE}
-ROWS = {defect.name: defect.rows for defect in DEFECTS if defect.target in TARGETS.values()}
+CATCHES = {defect.name: defect.catches for defect in DEFECTS if defect.target in TARGETS.values()}
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +35,18 @@ def _variant(name: str) -> str:
     return f"{TARGETS[name]}[float64]"
 
 
-def test_run_reports_only_declared_failures(defective_run):
-    unexpected = [(v["impl"], v["claim"]) for v in defective_run.report["verdicts"]
-                  if v["status"] in ("fail", "error") and not v["expected"]]
-    assert unexpected == [], defective_run.output[-4000:]
-    assert defective_run.returncode == 0
+def test_run_reports_only_the_catches_as_unexpected(defective_run):
+    caught = {(c.claim, f"{c.subject}[{d}]") for catches in CATCHES.values() for c in catches for d in c.dtypes}
+    unexpected = {(v["claim"], v["impl"]) for v in defective_run.report["verdicts"]
+                  if v["status"] in ("fail", "error") and not v["expected"]}
+    assert unexpected == caught, (unexpected ^ caught, defective_run.output[-4000:])
+    assert defective_run.returncode == 1
 
 
 @pytest.mark.parametrize("name", defective_impls.DEFECTIVE)
-def test_every_row_is_caught_and_nothing_else_fails(defective_run, name):
-    assert len(ROWS[name]) >= 3, f"{name}: its rows are missing from impls/expectations.toml"
-    assert missed_rows(TARGETS[name], ROWS[name], defective_run.report) == ()
+def test_every_catch_is_met_and_nothing_else_fails(defective_run, name):
+    assert len(CATCHES[name]) >= 3, f"{name}: its catches are missing from zoo/catches.toml"
+    assert missed(TARGETS[name], CATCHES[name], defective_run.report) == ()
 
 
 @pytest.mark.parametrize("claim, name", [
@@ -66,12 +67,12 @@ def test_core_claims_catch_their_wrong_implementation(defective_run, claim, name
 @pytest.mark.parametrize("name", defective_impls.DEFECTIVE)
 def test_a_bug_breaks_some_claims_not_all(defective_run, name):
     """Precision: a bug leaves claims standing (at least five pass), and a seed sentence refuted as written fails
-    (or skips) on it as on every implementation, without a row."""
+    (or skips) on it as on every implementation, without a catch."""
     verdicts = [v for v in defective_run.report["verdicts"] if v["impl"] == _variant(name)]
     passing = [v["claim"] for v in verdicts if v["status"] == "pass"]
     assert len(passing) >= 5, f"{name}: only {passing} pass; a bug should not break everything"
     refuted = {slug for slug, claim in load_claims().items() if not claim.holds}
-    assert not refuted & {row.claim for row in ROWS[name]}, f"{name}: a row on a refuted claim"
+    assert not refuted & {catch.claim for catch in CATCHES[name]}, f"{name}: a catch on a refuted claim"
     for verdict in (v for v in verdicts if v["claim"] in refuted):
         assert verdict["status"] == "skip" or verdict["expected"], verdict
 

@@ -1,10 +1,10 @@
-"""The zoo measures the suite's detection power: every deliberately wrong implementation (zoo/defects.py) meets
-exactly its rows of impls/expectations.toml under the `ci` profile (each claim it must break fails with its row's
-symptom, and nothing fails outside a row); every correct one written in an unusual way (zoo/correct.py) passes
-every property that applies to it.
+"""The zoo measures the suite's detection power: every deliberately wrong implementation (zoo/defects.py) is caught
+exactly as zoo/catches.toml says under the `ci` profile (each claim it must break fails, unexpectedly, and nothing
+fails outside its catches); every correct one written in an unusual way (zoo/correct.py) passes every property that
+applies to it.
 
 The six of zoo/declared.py break many claims each; tests/suite_run/test_defects_caught.py already runs them through
-every property and requires each to meet exactly its rows, so the zoo's runs here are the one-mistake defects of
+every property and requires each to be caught exactly, so the zoo's runs here are the one-mistake defects of
 zoo/wrong.py and zoo/wrong_faces.py (`tox -e zoo` runs them all)."""
 
 from __future__ import annotations

@@ -1,56 +1,59 @@
-"""The expectations table (impls/expectations.toml, protocol.expectations): its rows are validated as they are read,
-each record takes exactly the rows of its name, a row naming what no longer exists is found before a run
-starts (harness.pytest_plugin.stale_rows), and every record defined in impls/ is a built-in record (impls.records)."""
+"""The expectations table (impls/expectations.toml, protocol.expectations): its rows are validated as they are read
+(a deviation of the catalogue with its parameters, a pattern only for a raised error), each record takes exactly the
+rows of its name, a row naming what no longer exists is found before a run starts
+(harness.pytest_plugin.stale_rows), and every record defined in impls/ is a built-in record (impls.records)."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import textwrap
 
+import numpy as np
 import pytest
 
-from harness.api.markers import PROPERTIES
-from harness.pytest_plugin.stale_rows import (
-    PROPERTY_PACKAGES,
-    module_properties,
-    record_names,
-    stale_rows,
-    suite_properties,
-)
+from harness.pytest_plugin.stale_rows import record_names, stale_rows
 from impls.records import BUILTIN_TARGETS, discover_records
 from protocol.expectations import ExpectationTableError, load_table, parse_table, rows_for
-from protocol.known_defects import DefectDeclarationError, Row
+from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from protocol.registry import attention_impl, load_impl
 from specs.catalogue import load_claims
+from specs.deviations import deviation_from_fields
 
 ROW = """
 [[row]]
 subject = ["rec-a", "rec-b"]
 claim = ["sdpa-formula", "rows-sum-to-one"]
 dtypes = ["float32"]
-match = '''^returned nan at out'''
-why = "reads unwritten memory"
+deviation = "rejects"
+raises = "TypeError"
+match = "argument 'scale' must be float"
+why = "takes a Python float only"
 reported = "here: a test"
 """
+REJECTS = 'deviation = "rejects"\nraises = "TypeError"\nmatch = "argument \'scale\' must be float"\n'
 
 
 def test_a_row_for_several_subjects_and_claims_is_one_row_each():
     rows = parse_table(ROW)
     assert {(r.subject, r.claim) for r in rows} == {(s, c) for s in ("rec-a", "rec-b")
                                                     for c in ("sdpa-formula", "rows-sum-to-one")}
-    assert all(r.dtypes == ("float32",) and r.match == "^returned nan at out" and r.reported == "here: a test"
-               and not r.properties for r in rows)
+    assert all(r.dtypes == ("float32",) and r.deviation.describe() == "rejects (match=\"argument 'scale' must be "
+               "float\", raises='TypeError')" and r.reported == "here: a test" for r in rows)
 
 
 @pytest.mark.parametrize("edit, message", [
-    (("match = '''^returned nan at out'''\n", ""), "a row of the table names its symptom: `match`"),
+    ((REJECTS, ""), "`deviation` is required"),
+    (('deviation = "rejects"', 'deviation = "rejected"'), "no deviation named 'rejected'; the catalogue:"),
+    (('raises = "TypeError"\n', ""), "rejects: `raises` names the exception's type"),
+    (("match = \"argument 'scale' must be float\"", f"match = \"{'x' * 201}\""), "`match` has 201 characters"),
+    (("match = \"argument 'scale' must be float\"", 'match = "(unclosed"'), "not a valid regex"),
     (('reported = "here: a test"\n', ""), "`reported` is required"),
     (('subject = ["rec-a", "rec-b"]\n', 'subject = []\n'), "`subject` must be a name or a non-empty list"),
     (('claim = ["sdpa-formula", "rows-sum-to-one"]\n', ""), "`claim` must be a name"),
     (('dtypes = ["float32"]', 'dtypes = ["float8"]'), "dtypes ['float8'] are not among"),
-    (("match = '''^returned nan at out'''", "match = '''(unclosed'''"), "not a valid regex"),
-    (('why = "reads unwritten memory"', 'why = "x"\nwhen = 1'), "unknown fields ['when']"),
+    (('why = "takes a Python float only"', 'why = "x"\nwhen = 1'), "unknown fields ['when']"),
+    (('deviation = "rejects"', 'deviation = "keyless-row-mean"'), "a pattern on the failure message (`match`) "
+                                                                   "declares only a raised error"),
+    ((REJECTS, 'deviation = "keyless-row-mean"\nproperties = ["test_x"]\n'), "`properties` no longer scopes"),
     (("[[row]]", "[[row]"), "not valid TOML"),
 ])
 def test_a_malformed_row_names_the_problem(edit, message):
@@ -59,12 +62,41 @@ def test_a_malformed_row_names_the_problem(edit, message):
     assert message in str(info.value)
 
 
-def test_two_rows_of_one_subject_claim_and_dtype_are_rejected():
-    other = ROW.replace('subject = ["rec-a", "rec-b"]', 'subject = "rec-b"')
-    other = other.replace('"float32"', '"float32", "float16"')
-    with pytest.raises(ExpectationTableError, match=r"row 2: \(rec-b, sdpa-formula, float32\) is already a key of"):
+def test_a_pattern_over_a_tolerance_failure_is_refused_with_the_deviation_form():
+    """The old form, a regex over the failure message, for the built-in table and an implementation's own
+    declarations alike: refused, the message showing the deviation form and the catalogue."""
+    old = ROW.replace(REJECTS, 'match = "out differs from the float64 oracle beyond the tolerance"\n')
+    with pytest.raises(ExpectationTableError) as info:
+        parse_table(old)
+    assert "name the deviation that explains the elements instead" in str(info.value)
+    assert '"deviation": "<one of specs.deviations: keyless-row-mean' in str(info.value)
+    with pytest.raises(DefectDeclarationError, match="declares only a raised error"):
+        parse_known_defects({"sdpa-formula": {"why": "w", "dtypes": ("float64",), "match": "out differs"}},
+                            ("float64",), "mine.py:fn")
+
+
+def test_two_rows_of_one_key_are_rejected_but_two_deviations_of_one_cell_are_two_keys():
+    other = ROW.replace('subject = ["rec-a", "rec-b"]', 'subject = "rec-b"').replace('"float32"', '"float32", "float16"')
+    with pytest.raises(ExpectationTableError, match=r"row 2: \(rec-b, sdpa-formula, float32, rejects .*\) is already"):
         parse_table(ROW + other)
     assert len(parse_table(ROW + other.replace('"float32", ', ""))) == 6  # float16 alone is a key of its own
+    second = other.replace(REJECTS, 'deviation = "float32-softmax"\n')
+    assert len(parse_table(ROW + second)) == 6  # another deviation of the same cells
+
+
+def test_an_outside_implementation_declares_a_deviation_or_its_own_prediction():
+    rows = parse_known_defects({"fully-masked-rows-zero": {"why": "finfo.min mask", "dtypes": ("float64",),
+                                                           "deviation": "keyless-row-mean"}}, ("float64",), "t")
+    assert rows[0].deviation.describe() == "keyless-row-mean"
+
+    def mine(call):
+        return {"out": (np.zeros(call.oracle.out.shape, bool), 0.0)}
+
+    own = parse_known_defects({"sdpa-formula": {"why": "w", "dtypes": "float64", "deviation": mine}}, ("float64",), "t")
+    assert own[0].deviation.describe() == f"own:{mine.__qualname__}"
+    with pytest.raises(DefectDeclarationError, match="takes no parameter"):
+        parse_known_defects({"sdpa-formula": {"why": "w", "dtypes": "float64", "deviation": "float32-softmax",
+                                              "through": ["keys"]}}, ("float64",), "t")
 
 
 def test_a_record_takes_the_rows_of_its_name_only():
@@ -87,48 +119,18 @@ def test_a_row_in_a_dtype_the_record_lacks_is_rejected():
 
 
 def test_the_table_names_only_what_exists():
-    assert stale_rows(load_table(), load_claims(), suite_properties(), record_names(BUILTIN_TARGETS)) == []
+    assert stale_rows(load_table(), load_claims(), record_names(BUILTIN_TARGETS)) == []
 
 
 def test_rows_naming_what_no_longer_exists_are_listed():
-    properties = suite_properties()
-    renamed = Row("numpy-reference", "online-softmax-avoids-overflow", "why", ("float16",),
-                  ("test_scores_past_the_range_renamed",), "nan")
-    unknown_claim = Row("numpy-reference", "no-such-claim", "why", ("float16",), (), "nan")
-    unknown_subject = Row("numpy-refrence", "sdpa-formula", "why", ("float16",), (), "nan")
-    names = record_names(BUILTIN_TARGETS)
-    problems = stale_rows((renamed, unknown_claim, unknown_subject), load_claims(), properties, names)
-    assert len(problems) == 3
-    assert "names properties ['test_scores_past_the_range_renamed'], which 'online-softmax-avoids-overflow' no " \
-           "longer has" in problems[0]
-    assert "the claim 'no-such-claim' is not in the catalogue" in problems[1]
-    assert "no built-in record is named 'numpy-refrence'" in problems[2]
-    assert stale_rows((unknown_subject,), load_claims(), properties, None) == []  # subjects unknown: not checked
-
-
-def test_properties_read_from_the_source_are_the_ones_the_modules_register():
-    for package in PROPERTY_PACKAGES:
-        for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
-            if module.name.startswith("test_"):
-                importlib.import_module(f"{package}.{module.name}")
-    registered = {slug: {name.rpartition("::")[2] for name in names} for slug, names in PROPERTIES.items()}
-    assert suite_properties() == registered
-
-
-def test_a_property_module_is_read_for_literal_and_constant_slugs():
-    source = textwrap.dedent("""
-        CLAIM = "rows-sum-to-one"
-
-        @checks("sdpa-formula", CLAIM, subject="oracle")
-        @given(data=st.data())
-        def test_a(variant, data): ...
-
-        @pytest.mark.slow
-        def test_not_a_property(): ...
-    """)
-    assert module_properties(source, "m.py") == {"sdpa-formula": {"test_a"}, "rows-sum-to-one": {"test_a"}}
-    with pytest.raises(ValueError, match=r"m.py:2: @checks takes claim slugs as string literals .* got SLUGS\[0\]"):
-        module_properties("@checks(SLUGS[0])\ndef test_b(variant): ...\n", "m.py")
+    deviation = deviation_from_fields("float32-softmax", {}, "test")
+    unknown_claim = Row("numpy-reference", "no-such-claim", "why", ("float16",), deviation)
+    unknown_subject = Row("numpy-refrence", "sdpa-formula", "why", ("float16",), deviation)
+    problems = stale_rows((unknown_claim, unknown_subject), load_claims(), record_names(BUILTIN_TARGETS))
+    assert len(problems) == 2
+    assert "the claim 'no-such-claim' is not in the catalogue" in problems[0]
+    assert "no built-in record is named 'numpy-refrence'" in problems[1]
+    assert stale_rows((unknown_subject,), load_claims(), None) == []  # subjects unknown: not checked
 
 
 def test_record_names_are_unknown_when_a_record_cannot_be_imported():

@@ -1,0 +1,232 @@
+"""Each documented deviation (specs.deviations) explains the implementation that shows its behaviour, element by
+element, and refuses the same implementation with one more wrong element (tests/fixtures/deviation_impls.py).
+
+A call is judged as in the second run of a failing example (harness.engine.explanation's deviation mode): the
+elements the deviation explains must be what it predicts, every other element is the oracle's, and the property
+then sees the oracle's values. Explained: the call returns the oracle within its allowance and the deviation fired.
+Refused: one element moved off the prediction fails the call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from harness.api.evidence import PropertyViolation
+from harness.api.trial import Trial
+from harness.engine.explanation import DeviationRun, ExplainedStop, deviation_mode
+from protocol.known_defects import Row
+from protocol.registry import Variant, load_impl
+from specs.deviations import CATALOGUE, Call, deviation_from_fields
+from specs.problems import Problem, build
+from specs.reference import attention
+from tests.fixtures.deviation_impls import LARGE_NEGATIVE
+from tests.fixtures.runs import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "deviation_impls.py"
+
+
+def _variant(name: str, dtype: str, perturb=None) -> Variant:
+    impl = load_impl(f"{FIXTURES}:{name}")
+    if perturb is not None:
+        fn = impl.fn
+
+        def perturbed(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            return (perturb(result[0]), result[1]) if isinstance(result, tuple) else perturb(result)
+
+        impl = dataclasses.replace(impl, fn=perturbed)
+    return Variant(impl, dtype)
+
+
+def _run(variant: Variant, fields: dict) -> DeviationRun:
+    fields = dict(fields)
+    deviation = deviation_from_fields(fields.pop("deviation"), fields, "test")
+    return DeviationRun((Row(variant.impl.name, "sdpa-formula", "fixture", (variant.dtype,), deviation),))
+
+
+def _shifted(index: tuple, by: float = 1.0):
+    def perturb(out):
+        out = np.array(out, dtype=out.dtype, copy=True)
+        out[index] = out[index] + by
+        return out
+    return perturb
+
+
+def _hiding(problem: Problem, rows: list[int], keys: list[int] | None = None) -> Problem:
+    """The problem with a mask: `rows` see no key; the other rows see every key but `keys`."""
+    return problem.derive(f"m = np.ones(p.q.shape[:3] + (p.n_k,), dtype=bool); m[..., {keys or []}] = False; "
+                          f"m[:, :, {rows}, :] = False; p = p.replace(mask=m)")
+
+
+def _poisoned(problem: Problem, *, keys=(), values=()) -> Problem:
+    steps = [f"k[{index}] = np.nan" for index in keys] + [f"v[{index}] = np.nan" for index in values]
+    return problem.derive(f"k, v = p.k.copy(), p.v.copy(); {'; '.join(steps)}; p = p.replace(k=k, v=v)")
+
+
+BASE = build(batch=2, heads=2, heads_kv=2, n_q=4, n_k=6, d=4, d_v=3, seed=5)
+CASES = {
+    # name: (fixture, deviation fields, problem, dtype, the call's keywords, an element the deviation does not explain)
+    "keyless-row-mean added": ("keyless_row_mean_added", {"deviation": "keyless-row-mean"},
+                               _hiding(BASE, [0], [2]), "float64", {}, (0, 0, 1, 0)),
+    "keyless-row-mean replaced": ("keyless_row_mean_replaced",
+                                  {"deviation": "keyless-row-mean", "masked_scores": "replaced"},
+                                  _hiding(BASE, [1]), "float64", {}, (1, 1, 2, 2)),
+    "keyless-row-nan": ("keyless_row_nan", {"deviation": "keyless-row-nan"}, _hiding(BASE, [0, 3]), "float64", {},
+                        (0, 0, 1, 0)),
+    "key-blocks-normalised-alone": ("key_blocks_alone", {"deviation": "key-blocks-normalised-alone", "block": 4,
+                                                         "block_keyword": "block_cols"},
+                                    build(n_q=3, n_k=10, d=4, seed=6), "float64", {"block_cols": 4}, None),
+    "exp-without-max-shift": ("exp_ratio", {"deviation": "exp-without-max-shift"},
+                              build(heads=2, n_q=4, n_k=5, d=8, seed=7, score_style="large"), "float64", {}, None),
+    "scores-overflow-dtype": ("scores_in_float16", {"deviation": "scores-overflow-dtype"},
+                              build(heads=2, n_q=5, n_k=5, seed=0, score_style="huge"), "float16", {}, None),
+    "hidden-nonfinite-reaches-rows": ("additive_mask", {"deviation": "hidden-nonfinite-reaches-rows",
+                                                        "through": ["keys", "values"]},
+                                      _poisoned(_hiding(BASE, [], [5]), keys=[(0, 1, 5)], values=[(1, 0, 5, 1)]),
+                                      "float64", {}, None),
+    "projections-spread-nonfinite": ("projections_spread", {"deviation": "projections-spread-nonfinite",
+                                                            "then": ["values"]},
+                                     _poisoned(_hiding(BASE, [], [4]), values=[(0, 1, 2, 0)]), "float64", {}, None),
+    "nan-score-row-zero": ("nan_score_row_zero", {"deviation": "nan-score-row-zero"},
+                           _poisoned(BASE, keys=[(1, 0, 3)]), "float64", {}, (0, 0, 2, 1)),
+    "float32-softmax": ("float32_softmax", {"deviation": "float32-softmax"}, BASE, "float64", {}, None),
+    "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
+}
+
+
+def _oracle(trial: Trial, problem: Problem):
+    return trial.oracle(problem) if np.all(np.isfinite(problem.k)) and np.all(np.isfinite(problem.v)) else None
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_deviation_explains_the_implementation_that_shows_it(case):
+    name, fields, problem, dtype, extra, _ = CASES[case]
+    variant = _variant(name, dtype)
+    run = _run(variant, fields)
+    trial = Trial(variant, problem, past_range=dtype == "float16")
+    with deviation_mode(run):
+        seen = trial.check_output(trial.call_raw(problem, **extra), problem, finite=False)
+    assert run.fired == {run.rows[0].deviation.describe()}, (case, run.explained)
+    oracle = _oracle(trial, problem)
+    if oracle is not None:  # what the property sees is the oracle's within its allowance
+        trial.expect_close(seen, oracle[0].out, oracle[1])
+    else:  # a poisoned call: the oracle's values wherever they are finite
+        reference = attention(*trial.exact_inputs(problem), finite=False, **trial.oracle_kwargs(problem)).out
+        finite = np.isfinite(reference)
+        np.testing.assert_allclose(seen[finite], reference[finite], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_deviation_refuses_one_more_wrong_element(case):
+    name, fields, problem, dtype, extra, element = CASES[case]
+    trial = Trial(_variant(name, dtype), problem, past_range=dtype == "float16")
+    out = np.asarray(trial.call_raw(problem, **extra), dtype=np.float64)  # the implementation's own output
+    if element is None:  # its first finite element, explained or not: any value off the prediction is refused
+        element = tuple(int(i) for i in np.argwhere(np.isfinite(out))[0])
+    wrong = _variant(name, dtype, perturb=_shifted(element, 0.5))
+    trial = Trial(wrong, problem, past_range=dtype == "float16")
+    with deviation_mode(_run(wrong, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        trial.call_raw(problem, **extra)
+
+
+LSE_CASES = {
+    "keyless-lse-finite": ("keyless_lse_finite", {"deviation": "keyless-lse-finite", "fill": LARGE_NEGATIVE},
+                           _hiding(BASE, [0, 2]), ""),
+    "keyless-lse-plus-inf": ("flash_conventions", {"deviation": "keyless-lse-plus-inf"}, _hiding(BASE, [1]), ""),
+    "causal-alibi-lse-shift": ("flash_conventions", {"deviation": "causal-alibi-lse-shift"}, BASE,
+                               "p = p.replace(causal=True, alibi_slopes=np.array([0.5, 0.25]))"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LSE_CASES))
+def test_a_log_sum_exp_deviation_explains_its_convention_and_refuses_another(case):
+    name, fields, problem, keywords = LSE_CASES[case]
+    if keywords:
+        problem = problem.derive(keywords)
+    variant = _variant(name, "float64")
+    run = _run(variant, fields)
+    trial = Trial(variant, problem)
+    with deviation_mode(run):
+        out, lse = trial.call_raw(problem, return_lse=True)
+    oracle, _ = trial.oracle(problem)
+    assert run.fired == {run.rows[0].deviation.describe()}, run.explained
+    np.testing.assert_array_equal(np.isfinite(lse), np.isfinite(oracle.lse))
+    finite = np.isfinite(oracle.lse)
+    np.testing.assert_allclose(np.asarray(lse)[finite], oracle.lse[finite], rtol=1e-12)
+
+    def lse_off(result):
+        out, lse = result
+        lse = np.array(lse, copy=True)
+        lse[0, 0, 3] += 0.5  # a row that sees keys in every case
+        return out, lse
+
+    fn = variant.impl.fn
+    wrong = Variant(dataclasses.replace(variant.impl, fn=lambda *a, **kw: lse_off(fn(*a, **kw))), "float64")
+    with deviation_mode(_run(wrong, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        Trial(wrong, problem).call_raw(problem, return_lse=True)
+
+
+def test_rejects_explains_its_error_and_no_other():
+    problem = BASE.derive("p = p.replace(scale=np.asarray(0.5))")
+    variant = _variant("scale_must_be_float", "float64")
+    fields = {"deviation": "rejects", "raises": "TypeError", "match": r"'scale' must be float"}
+    run = _run(variant, fields)
+    with deviation_mode(run), pytest.raises(ExplainedStop):
+        Trial(variant, problem).call(problem)
+    assert run.fired
+    other = {**fields, "match": "must be a tensor"}
+    with deviation_mode(_run(variant, other)), pytest.raises(PropertyViolation, match="raised TypeError"):
+        Trial(variant, problem).call(problem)
+
+
+def test_accepts_explains_the_reading_it_documents_and_refuses_another_output():
+    problem = BASE.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2] * 3], axis=2))")
+    fields = {"deviation": "accepts", "reads": "keys-past-the-end-read-as-zeros"}
+    variant = _variant("keys_past_the_end_zero", "float64")
+    with deviation_mode(_run(variant, fields)), pytest.raises(ExplainedStop):
+        Trial(variant, problem).expect_raised(problem, "v longer than k")
+    other = {**fields, "reads": "values-past-the-keys-ignored"}
+    with deviation_mode(_run(variant, other)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        Trial(variant, problem).expect_raised(problem, "v longer than k")
+
+
+def test_report_deviations_explain_their_own_findings_only():
+    reports = deviation_from_fields("checker-reports", {"checker": "racecheck", "match": "data race"}, "test")
+    assert reports.explains_report("racecheck reports a defect in k.cu: WARNING: ThreadSanitizer: data race",
+                                   {"checker": "racecheck"})
+    assert not reports.explains_report("racecheck reports a defect in k.cu: heap-use-after-free",
+                                       {"checker": "racecheck"})
+    assert not reports.explains_report("memcheck reports a defect: data race", {"checker": "memcheck"})
+    matrix = deviation_from_fields("keeps-score-matrix", {}, "test")
+    assert matrix.explains_report("peak", {"resident_growth": 3 * 2**20, "score_matrix_bytes": 2**20})
+    assert not matrix.explains_report("peak", {"resident_growth": 9 * 2**20, "score_matrix_bytes": 2**20})
+    assert not matrix.explains_report("peak", {"resident_growth": 2**18 - 1, "score_matrix_bytes": 2**20})
+
+
+def test_the_shared_memory_kernel_deviation_predicts_where_its_output_is_defined():
+    deviation = deviation_from_fields("unwritten-shared-memory-read", {"block_threads": 128,
+                                                                      "block_keyword": "block_threads"}, "test")
+    one = build(n_q=1, n_k=1, d=4, d_v=4, seed=1)
+    k = np.full_like(one.k, np.nan)
+    mask, values = deviation.predicted_values(Call(one.q, k, one.v))["out"]
+    assert mask.all() and np.array_equal(values, np.broadcast_to(one.v[:, :, :1], mask.shape))
+    two = build(n_q=2, n_k=2, d=4, d_v=4, seed=2)
+    assert deviation.undefined(Call(two.q, two.k, two.v))["out"].all()
+    assert deviation.undefined(Call(two.q, two.k, two.v, tiles={"block_threads": 1})) == {}
+    model = deviation.transform(attention(two.q, two.k, two.v), two.q, two.k, two.v, {"block_threads": 1})
+    s = np.stack([np.sum(two.q * two.q, -1), np.sum(two.q * two.k, -1)], -1) / 2.0
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    np.testing.assert_allclose(model.out, w[..., :1] * two.v[:, :, :1] + w[..., 1:] * two.v[:, :, 1:], rtol=1e-14)
+
+
+def test_every_deviation_of_the_catalogue_is_shown_here_or_in_a_suite_run():
+    shown = {fields["deviation"] for _, fields, *_ in CASES.values()} | {
+        fields["deviation"] for _, fields, *_ in LSE_CASES.values()} | {
+        "rejects", "accepts", "checker-reports", "keeps-score-matrix", "unwritten-shared-memory-read"}
+    elsewhere = {  # shown on the records that have them, through the gradient properties (tests/suite_run)
+        "hidden-nonfinite-reaches-gradients", "gqa-backward-rounds-per-head", "scores-rounded-before-softmax"}
+    assert set(CATALOGUE) == shown | elsewhere, set(CATALOGUE) ^ (shown | elsewhere)
