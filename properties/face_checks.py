@@ -8,6 +8,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from harness.api.explain import judge_sequence
+from harness.api.perturb import perturbed_sequence
 from harness.api.trial import Trial, problems_for
 from harness.engine.guarded_call import as_numpy
 from protocol.registry import Variant
@@ -40,6 +41,7 @@ def check_sequence(trial: Trial, b: int, got: np.ndarray, lse: object, exact: tu
     with no key has output 0 and log-sum-exp -inf (its sink's)."""
     __tracebackhide__ = True
     kwargs = sequence_kwargs(trial.oracle_kwargs(problem), b)
+    got, lse = perturbed_sequence(trial, exact, kwargs, got, lse)  # the meta-test's twin (--perturb-declared)
     got, lse = judge_sequence(trial, problem, exact, kwargs, got, lse)  # a declared deviation's second run
     what = f"out of sequence {b}"
     if not exact[1].shape[2]:

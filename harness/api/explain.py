@@ -25,6 +25,7 @@ import numpy as np
 from harness.engine.explanation import DeviationRun, ExplainedStop, active
 from harness.engine.guarded_call import as_numpy
 from specs.deviations import Call, DeviantModel, Deviation, finite_garbage
+from specs.deviations.reach import rows_to_gradients
 from specs.gradients import attention_backward, score_mod_gradients
 from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance, lse_allowance
 from specs.validation import AttentionInputError
@@ -92,8 +93,9 @@ class _Judged:
     """One output of one call: its prediction, the elements each deviation explains, the oracle's values."""
 
     def __init__(self, name: str, got: np.ndarray, reference: np.ndarray, expected: np.ndarray,
-                 allowed: np.ndarray) -> None:
+                 allowed: np.ndarray, *, key: str | None = None) -> None:
         self.name, self.got, self.reference = name, got, reference
+        self.key = key or name  # what the deviations call this output (out, lse, dq, ...)
         self.expected = np.array(expected, dtype=np.float64)
         self.allowed = np.broadcast_to(np.asarray(allowed, dtype=np.float64), got.shape).copy()
         self.non_finite = np.zeros(got.shape, dtype=bool)
@@ -153,6 +155,7 @@ def _widened(judged, deviations, call: Call, name: str) -> None:
         part = deviation.extra_allowance(call).get(name)
         if part is not None:
             judged.explain(deviation, np.broadcast_to(part, judged.got.shape) > 0)
+
 
 
 def _model_keywords(trial, extra: Mapping) -> dict:
@@ -215,11 +218,44 @@ def judge_sequence(trial, problem, exact: tuple[np.ndarray, ...], keywords: Mapp
 
 def _plain_forward(trial, problem, call: Call, keywords: Mapping, out, lse, run: DeviationRun):
     __tracebackhide__ = True
-    deviations = run.deviations
+    outputs = forward_prediction(trial, call, keywords, out, lse, run.deviations)
+    if outputs is None:
+        return None
+    seen = [judged.settle(trial, problem, run, np.dtype(np.float64) if judged.name == "lse" else trial.dtype)
+            for judged in outputs]
+    return seen[0], (seen[1] if len(seen) > 1 else lse)
+
+
+def _explain_each(outputs: list[_Judged], deviations, call: Call, keywords: Mapping, variant_dtype: str,
+                  single_results: dict | None, *, gradients: bool = False) -> None:
+    """What each deviation explains of each output: everything (a precision), where its own model differs from the
+    oracle (`single_results`: deviation -> {output name: its model's values}), the elements it says are non-finite,
+    undefined or directly predicted."""
+    for judged in outputs:
+        _widened(judged, deviations, call, judged.key)
+    for deviation in deviations:
+        everything = deviation.explains_everything(variant_dtype)
+        single = (single_results or {}).get(deviation)
+        non_finite = deviation.non_finite_gradients(call) if gradients else deviation.non_finite(call)
+        undefined = {} if gradients else deviation.undefined(call)
+        predicted = {} if gradients else deviation.predicted_values(call)
+        for judged in outputs:
+            if everything:
+                judged.explain(deviation, np.ones(judged.got.shape, bool))
+            if single is not None and judged.key in single:
+                judged.explain(deviation, _differs(single[judged.key], judged.reference))
+            judged.must_be_non_finite(deviation, non_finite.get(judged.key))
+            judged.undefined(deviation, undefined.get(judged.key))
+            if judged.key in predicted:
+                judged.predict(deviation, *predicted[judged.key])
+
+
+def forward_prediction(trial, call: Call, keywords: Mapping, out, lse, deviations) -> list[_Judged] | None:
+    """The call's out (and lse) with what `deviations` predict of each element and what each explains; None where
+    the oracle is undefined for the call (its own checks judge it)."""
     variant_dtype = trial.variant.dtype
     judging = _judging_dtype(deviations, variant_dtype)
-    tiles = dict(call.tiles)
-    model = DeviantModel(deviations, tiles)
+    model = DeviantModel(deviations, call.tiles)
     try:
         reference, _ = forward_allowance(call.q, call.k, call.v, dtype=variant_dtype, past_range=trial.past_range,
                                          **keywords)
@@ -237,28 +273,12 @@ def _plain_forward(trial, problem, call: Call, keywords: Mapping, out, lse, run:
         if bound is not None:
             outputs.append(_Judged("lse", lse.astype(np.float64), reference.lse, result.lse,
                                    bound.bound + _extra(deviations, call, "lse", reference.lse.shape)))
-    for judged in outputs:
-        _widened(judged, deviations, call, judged.name)
-    for deviation in deviations:
-        everything = deviation.explains_everything(variant_dtype)
-        single = None
-        if deviation in model.deviations:
-            single = DeviantModel((deviation,), tiles)(call.q, call.k, call.v, **keywords)
-        non_finite = deviation.non_finite(call)
-        undefined = deviation.undefined(call)
-        predicted = deviation.predicted_values(call)
-        for judged in outputs:
-            if everything:
-                judged.explain(deviation, np.ones(judged.got.shape, bool))
-            if single is not None:
-                judged.explain(deviation, _differs(getattr(single, judged.name), judged.reference))
-            judged.must_be_non_finite(deviation, non_finite.get(judged.name))
-            judged.undefined(deviation, undefined.get(judged.name))
-            if judged.name in predicted:
-                judged.predict(deviation, *predicted[judged.name])
-    seen = [judged.settle(trial, problem, run, np.dtype(np.float64) if judged.name == "lse" else trial.dtype)
-            for judged in outputs]
-    return seen[0], (seen[1] if len(seen) > 1 else lse)
+    singles = {}
+    for deviation in model.deviations:
+        single = DeviantModel((deviation,), call.tiles)(call.q, call.k, call.v, **keywords)
+        singles[deviation] = {"out": single.out, "lse": single.lse}
+    _explain_each(outputs, deviations, call, keywords, variant_dtype, singles)
+    return outputs
 
 
 def _garbage(problem):
@@ -268,17 +288,23 @@ def _garbage(problem):
 
 def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRun):
     __tracebackhide__ = True
-    deviations = run.deviations
-    clean = _garbage(problem)
-    if any(d.replaces_poison() for d in deviations):
-        trial.call(clean, **{key: value for key, value in extra.items() if key != "return_lse"})
-    judging = _judging_dtype(deviations, trial.variant.dtype)
+    if any(d.replaces_poison() for d in run.deviations):
+        trial.call(_garbage(problem), **{key: value for key, value in extra.items() if key != "return_lse"})
+    outputs = poisoned_prediction(trial, problem, extra, call, out, run.deviations)
+    if outputs is None:
+        return None
+    return outputs[0].settle(trial, problem, run, trial.dtype), lse
+
+
+def poisoned_prediction(trial, problem, extra, call: Call, out, deviations) -> list[_Judged] | None:
+    """A poisoned call's out with what `deviations` predict: the oracle where it is finite (the same problem with
+    finite garbage in place of the poison gives the allowance), not judged where a row sees the poison."""
+    clean_call = deviation_call(trial, _garbage(problem), extra)
     keywords = trial.oracle_kwargs(problem)
-    clean_call = deviation_call(trial, clean, extra)
     try:
-        _, allowance = forward_allowance(clean_call.q, clean_call.k, clean_call.v, dtype=judging,
-                                         past_range=trial.past_range,
-                                         model=DeviantModel(deviations, _model_keywords(trial, extra)),
+        _, allowance = forward_allowance(clean_call.q, clean_call.k, clean_call.v,
+                                         dtype=_judging_dtype(deviations, trial.variant.dtype),
+                                         past_range=trial.past_range, model=DeviantModel(deviations, call.tiles),
                                          **keywords)
     except (ToleranceUndefined, AttentionInputError):
         return None
@@ -286,12 +312,8 @@ def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: Deviatio
     judged = _Judged("out", out.astype(np.float64), reference.out, reference.out,
                      allowance.bound + _extra(deviations, call, "out", out.shape))
     judged.free = ~np.isfinite(reference.out)  # a row that sees the poison: its own claims judge it
-    for deviation in deviations:
-        judged.must_be_non_finite(deviation, deviation.non_finite(call).get("out"))
-        predicted = deviation.predicted_values(call)
-        if "out" in predicted:
-            judged.predict(deviation, *predicted["out"])
-    return judged.settle(trial, problem, run, trial.dtype), lse
+    _explain_each([judged], deviations, call, keywords, trial.variant.dtype, None)
+    return [judged]
 
 
 def judge_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tuple[str, ...],
@@ -327,17 +349,25 @@ def _judge_backward(trial, problem, call: Call, source: Call, keywords: Mapping,
     with finite garbage in place of its poison (whose gradients are the oracle's where they are finite)."""
     __tracebackhide__ = True
     run.calls += 1
-    deviations = run.deviations
+    outputs = backward_prediction(trial, call, source, keywords, wrt, grads, run.deviations)
+    if outputs is None:
+        return grads
+    return tuple(judged.settle(trial, problem, run, grad.dtype) for judged, grad in zip(outputs, grads, strict=True))
+
+
+def backward_prediction(trial, call: Call, source: Call, keywords: Mapping, wrt: tuple[str, ...],
+                        grads: tuple[np.ndarray, ...], deviations) -> list[_Judged] | None:
+    """The gradients with what `deviations` predict of each element and what each explains; None where the
+    oracle's backward is undefined for the call."""
     names = ("dq", "dk", "dv", *(f"d{name}" for name in wrt))
-    judging = _judging_dtype(deviations, trial.variant.dtype)
     model = DeviantModel(deviations, call.tiles)
     try:
         reference = gradient_allowance(source.q, source.k, source.v, source.d_out, dtype=trial.variant.dtype,
                                        **keywords)
-        predicted = gradient_allowance(source.q, source.k, source.v, source.d_out, dtype=judging, model=model,
-                                       **keywords)
+        predicted = gradient_allowance(source.q, source.k, source.v, source.d_out,
+                                       dtype=_judging_dtype(deviations, trial.variant.dtype), model=model, **keywords)
     except (ToleranceUndefined, AttentionInputError):
-        return grads
+        return None
 
     def pick(oracle, name):
         if name in ("dq", "dk", "dv"):
@@ -349,35 +379,23 @@ def _judge_backward(trial, problem, call: Call, source: Call, keywords: Mapping,
     for name, got in zip(names, grads, strict=True):
         exact, _ = pick(reference, name)
         expected, allowance = pick(predicted, name)
-        widening = _extra(deviations, call, name, got.shape)
         outputs.append(_Judged(GRADIENT_NAMES[name], got.astype(np.float64), exact, expected,
-                               allowance.bound + widening))
-        _widened(outputs[-1], deviations, call, name)
-    seeing = {}
+                               allowance.bound + _extra(deviations, call, name, got.shape), key=name))
     if call.poisoned:  # rows that see the poison: non-finite gradients there conform
-        from specs.deviations.reach import rows_to_gradients
-
         seeing = rows_to_gradients(call, ~np.isfinite(call.oracle.out).all(axis=-1))
-    for name, judged in zip(names, outputs, strict=True):
-        if name in seeing:
-            judged.free = seeing[name]
-    for deviation in deviations:
-        everything = deviation.explains_everything(trial.variant.dtype)
-        single = None
-        if not call.poisoned and deviation in model.deviations:
+        for judged in outputs:
+            if judged.key in seeing:
+                judged.free = seeing[judged.key]
+    singles = {}
+    if not call.poisoned:
+        for deviation in model.deviations:
             single_model = DeviantModel((deviation,), call.tiles)
             single_grads = attention_backward(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
             single_mods = score_mod_gradients(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
-            single = {**dict(zip(("dq", "dk", "dv"), single_grads, strict=True)),
-                      **{f"d{key}": value for key, value in single_mods.items()}}
-        non_finite = deviation.non_finite_gradients(call)
-        for name, judged in zip(names, outputs, strict=True):
-            if everything:
-                judged.explain(deviation, np.ones(judged.got.shape, bool))
-            if single is not None and name in single:
-                judged.explain(deviation, _differs(single[name], judged.reference))
-            judged.must_be_non_finite(deviation, non_finite.get(name))
-    return tuple(judged.settle(trial, problem, run, grad.dtype) for judged, grad in zip(outputs, grads, strict=True))
+            singles[deviation] = {**dict(zip(("dq", "dk", "dv"), single_grads, strict=True)),
+                                  **{f"d{key}": value for key, value in single_mods.items()}}
+    _explain_each(outputs, deviations, call, keywords, trial.variant.dtype, singles, gradients=True)
+    return outputs
 
 
 def judge_pack(trial, problem, arrays: tuple, raw: object, call_again) -> object:
@@ -433,6 +451,9 @@ def judge_acceptance(trial, problem, raw: object, accepted: str) -> None:
         read = deviation.accepts(call, accepted)
         if read is None:
             continue
+        if deviation.output_undefined():  # nothing to judge in what it returned, only that it accepted
+            run.record(deviation, f"accepting {accepted} (its output undefined)")
+            raise ExplainedStop
         out = as_numpy(raw)
         try:
             result, allowance = forward_allowance(read.q, read.k, read.v, dtype=judging, model=model,

@@ -140,7 +140,8 @@ def _accepted(running: RunningCheck, claims: tuple[str, ...], failure: PropertyV
         return False
     new = [row.deviation for row in found.rows if row.deviation.describe() in found.fired
            and row.deviation not in declared]
-    running.accepted += [(claim, d) for claim in claims for d in dict.fromkeys(new) if (claim, d) not in running.accepted]
+    running.accepted += [(claim, d) for claim in claims for d in dict.fromkeys(new)
+                         if (claim, d) not in running.accepted]
     indices = tuple(i for i, row in enumerate(variant.impl.known_defects)
                     if row.claim in claims and row.deviation.describe() in found.fired)
     running.declare(DeclaredExample(claims, failure.message(), found.summary(), indices, failure.counterexample(),

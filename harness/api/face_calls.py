@@ -9,6 +9,7 @@ import numpy as np
 
 from harness.api.evidence import PropertyViolation
 from harness.api.explain import judge_pack, judge_raise
+from harness.api.perturb import perturbed_pack
 from harness.api.trial import Trial
 from harness.engine.guarded_call import CallFailed, call_in_process, checked_array
 from specs.problems import Problem
@@ -29,7 +30,9 @@ def call_face(trial: Trial, face: str, arrays: tuple[np.ndarray, ...], keywords:
             trial.fail(failure.summary, problem, script=script)
 
     raw = call(arrays)
-    return judge_pack(trial, problem, arrays, raw, call) if face == "varlen" else raw
+    if face != "varlen":
+        return raw
+    return judge_pack(trial, problem, arrays, perturbed_pack(arrays, raw), call)
 
 
 def face_output(trial: Trial, raw: object, shape: tuple[int, ...], problem: Problem, script: str) -> np.ndarray:

@@ -19,6 +19,7 @@ from hypothesis.control import current_build_context
 from harness.api.assertions import compare
 from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
+from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbed_output, perturbed_report
 from harness.api.repro import call_line_for, index_code, repro_snippet
 from harness.engine import run_context
 from harness.engine.backward import backward_of
@@ -111,7 +112,9 @@ class Trial:
                 raw = call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
             else:
                 raw = call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
+            raw = perturbed_output(self, problem, extra, raw)
         except CallFailed as failure:
+            failure = perturbed_failure(self, problem, failure)
             if failure.kind == "raised":
                 judge_raise(self, problem, failure.summary)
             self.fail(failure.summary, problem, call_line=call_line_for(extra, global_seed=global_seed))
@@ -130,7 +133,9 @@ class Trial:
         try:
             grads = backward_of(self.variant.impl, *self.inputs(problem), d_out,
                                 **problem.handed(self.variant.dtype).kwargs(), **extra, wrt=wrt)
+            grads = perturbed_gradients(self, problem, d_out, extra, wrt, grads)
         except CallFailed as failure:
+            failure = perturbed_failure(self, problem, failure)
             if failure.kind == "raised":
                 judge_raise(self, problem, failure.summary)
             self.fail(failure.summary, problem, call_line=call_line)
@@ -199,7 +204,8 @@ class Trial:
         `observed`: what a property measured itself (a checker's report, a memory growth), which a declared
         deviation may explain (harness.api.explain.judge_report)."""
         __tracebackhide__ = True
-        judge_report(summary, observed or {})
+        summary, observed = perturbed_report(summary, observed or {})
+        judge_report(summary, observed)
         problem = problem or self.problem
         repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
                               layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,

@@ -21,6 +21,8 @@ class RunContext:
     # --accept-expectations: an example no declared deviation explains is tried against the catalogue's
     # (harness.api.explained_runs), and what explains it is written as a row (harness.pytest_plugin.accept)
     accept: bool = False
+    # --perturb-declared: the meta-test's twin of every deviation-declaring implementation (harness.api.perturb)
+    perturb: bool = False
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

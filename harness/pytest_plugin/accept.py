@@ -1,12 +1,13 @@
 """`--accept-expectations FILE`: the rows of the expectations table as the run measured them, so a change of
 expectations is a reviewed diff against impls/expectations.toml, never a hand-copied list.
 
-For every built-in record that ran: a row whose deviation explained an example is written as it stands, a row that
+For every implementation that ran: a row whose deviation explained an example is written as it stands, a row that
 explained nothing is left out, and a deviation accept mode found for an example nothing declared explained
 (harness.api.explained_runs: the narrowest that explains every element) becomes a new row, its `why` and
-`reported` to be written by the reviewer. Records that did not run keep their rows. A failure no documented
-deviation explains is listed as a problem: it needs a fix, or a deviation of its own in specs.deviations. Rows are
-grouped back into the table's form: one row per subject, deviation and dtypes, with its claims listed.
+`reported` to be written by the reviewer. Records that did not run keep their rows; an implementation run by --impl
+gets its rows under its target, for its author to move into its `known_defects`. A failure no documented deviation
+explains is listed as a problem: it needs a fix, or a deviation of its own in specs.deviations. Rows are grouped back
+into the table's form: one row per subject, deviation and dtypes, with its claims listed.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ WIDTH = 118  # the table's lines stay within 120 characters
 
 def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict,
                   builtin: frozenset[str]) -> tuple[list[Row], list[str]]:
-    """The rows a run measured for the built-in records among `variants` (harness.engine.verdicts.RunState's
-    variants, outcomes, triggered and accepted), and one problem line per failure nothing explains."""
+    """The rows a run measured for `variants` (harness.engine.verdicts.RunState's variants, outcomes, triggered and
+    accepted; `builtin`: the records' targets, whose table rows it rewrites), and one problem line per failure
+    nothing explains."""
     ran = {v.impl.name for v in variants if v.impl.target in builtin}
     kept = [row for row in load_table() if row.subject not in ran]
-    for variant in (v for v in variants if v.impl.target in builtin):
+    for variant in variants:
         for index, row in enumerate(variant.impl.known_defects):
             if (variant.name, index) in triggered and row not in kept:
                 kept.append(row)
@@ -37,8 +39,6 @@ def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict
     fields: dict[str, tuple[str, dict]] = {}
     for (name, claim), found in accepted.items():
         variant = next(v for v in variants if v.name == name)
-        if variant.impl.target not in builtin:
-            continue
         for deviation_name, params in found:
             deviation = deviation_from_fields(deviation_name, params, "accept")
             fields[deviation.describe()] = (deviation_name, params)
@@ -62,13 +62,13 @@ def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict
 
 def _merged(rows: Iterable[Row]) -> list[Row]:
     """Rows of one subject, claim and deviation with several dtypes joined; sorted for a stable diff."""
-    dtypes: dict[tuple, set[str]] = defaultdict(set)
+    dtypes: dict[tuple, dict[str, None]] = defaultdict(dict)
     first: dict[tuple, Row] = {}
     for row in rows:
         key = (row.subject, row.claim, row.deviation.describe())
-        dtypes[key] |= set(row.dtypes)
+        dtypes[key].update(dict.fromkeys(row.dtypes))
         first.setdefault(key, row)
-    merged = [Row(row.subject, row.claim, row.why, tuple(sorted(dtypes[key])), row.deviation, row.reported)
+    merged = [Row(row.subject, row.claim, row.why, tuple(dtypes[key]), row.deviation, row.reported)
               for key, row in first.items()]
     return sorted(merged, key=lambda row: (row.subject, row.deviation.describe(), row.dtypes, row.claim))
 
@@ -125,5 +125,6 @@ def write_accepted(path: str | Path, state) -> list[str]:
     """Write the measured rows of `state` (harness.engine.verdicts.RunState) to `path`; the failures nothing
     explains."""
     rows, problems = measured_rows(state.variants, state.outcomes, state.triggered, state.accepted, state.builtin)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(table_text(rows), encoding="utf-8")
     return problems

@@ -16,6 +16,9 @@ Options (CONTRACT 1 and 2, DESIGN.md):
   --accept-expectations FILE   write what the run measured as rows of the expectations table
                      (harness.pytest_plugin.accept; with the ci profile): review its diff against
                      impls/expectations.toml
+  --perturb-declared the meta-test: every implementation that declares deviations is made wrong by one
+                     element wherever a deviation fires (harness.api.perturb); tools/perturbed_cells.py
+                     reads whether each declared cell then fails unexpectedly
 
 A run that collects from the suite's own directory (the clone, or the installed packages, as
 `attention-spec check` does) loads the suite's Hypothesis profile (harness.pytest_plugin.profiles: HYPOTHESIS_PROFILE,
@@ -63,6 +66,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--accept-expectations", default=None, metavar="FILE",
                     help="write what this run measured as rows of the expectations table to FILE, to review as a "
                          "diff against impls/expectations.toml (with the derandomized ci profile)")
+    group.addoption("--perturb-declared", action="store_true", default=False,
+                    help="the meta-test: make every implementation that declares deviations wrong by one element "
+                         "wherever a declared deviation fires, so that its declared cells fail unexpectedly")
 
 
 def runs_the_suite(config: pytest.Config) -> bool:

@@ -134,7 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run_context.install(run_context.RunContext(
         timeout_s=config.getoption("impl_timeout"),
         isolated_targets=isolated_targets(config.getoption("isolate"), impls, bool(_named_targets(config))),
-        accept=bool(config.getoption("accept_expectations"))))
+        accept=bool(config.getoption("accept_expectations")), perturb=config.getoption("perturb_declared")))
     state = RunState(variants(impls), unavailable, claims, builtin=frozenset(builtin_targets(config)))
     config.stash[STATE] = state
     config.pluginmanager.register(_Collector(state), "attention-verdicts")

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from specs.deviations.base import OUTPUTS, Call, Deviation, DeviationError, PatternDeviation
+from specs.deviations.deviant_model import DeviantModel
 from specs.deviations.errors import ERROR_DEVIATIONS
 from specs.deviations.kernels import KERNEL_DEVIATIONS
 from specs.deviations.lse import LSE_DEVIATIONS
-from specs.deviations.model import DeviantModel
 from specs.deviations.poison import POISON_DEVIATIONS
 from specs.deviations.precision import PRECISION_DEVIATIONS
 from specs.deviations.rows import ROW_DEVIATIONS

@@ -160,6 +160,10 @@ class Deviation:
         accepting implementation computes instead (None: not this behaviour)."""
         return None
 
+    def output_undefined(self) -> bool:
+        """Whether an input it accepts gives an undefined output (nothing to judge but the acceptance)."""
+        return False
+
     def explains_report(self, summary: str, observed: Mapping) -> bool:
         """Whether a property's own finding (a checker's report, a measurement: `observed`) is this behaviour."""
         return False

@@ -16,6 +16,8 @@ ACCEPTS_READS = {
     "values-past-the-keys-ignored": "v longer than k: the values past the last key are never read",
     "keys-past-the-end-read-as-zeros": "v longer than k: every value is attended, the keys past k's last read as "
                                        "zeros (a score of 0)",
+    "keys-past-the-end-undefined": "v longer than k: every value is attended, the keys past k's last read from "
+                                   "memory past k (the output undefined)",
     "length-one-keys-broadcast": "k (and its bias) of one key broadcast against v's (or the bias's) keys",
 }
 
@@ -23,7 +25,8 @@ ACCEPTS_READS = {
 class Rejects(PatternDeviation):
     name = "rejects"
     summary = "raises `raises` with a message matching `match` on inputs the protocol accepts"
-    parameters: ClassVar[dict[str, str]] = {"raises": "the exception's type name", "match": "a regex of its message (under 200 characters)"}
+    parameters: ClassVar[dict[str, str]] = {"raises": "the exception's type name",
+                                            "match": "a regex of its message (under 200 characters)"}
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
@@ -39,8 +42,8 @@ class Rejects(PatternDeviation):
 class Accepts(Deviation):
     name = "accepts"
     summary = "takes an input the protocol says it must refuse, and computes from it as `reads` says"
-    parameters: ClassVar[dict[str, str]] = {"reads": "how the accepted input is read: " + "; ".join(f"'{k}': {v}" for k, v in
-                                                                        ACCEPTS_READS.items())}
+    parameters: ClassVar[dict[str, str]] = {
+        "reads": "how the accepted input is read: " + "; ".join(f"'{k}': {v}" for k, v in ACCEPTS_READS.items())}
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
@@ -54,6 +57,8 @@ class Accepts(Deviation):
             if n_v <= n_k:
                 return None
             return dataclasses.replace(call, v=call.v[:, :, :n_k])
+        if self.reads == "keys-past-the-end-undefined":
+            return call if n_v > n_k else None
         if self.reads == "keys-past-the-end-read-as-zeros":
             if n_v <= n_k:
                 return None
@@ -71,11 +76,16 @@ class Accepts(Deviation):
         return dataclasses.replace(call, k=k, v=v, keywords=keywords)
 
 
+    def output_undefined(self) -> bool:
+        """Whether the accepted input's output is undefined (read from memory past an input)."""
+        return self.reads == "keys-past-the-end-undefined"
+
+
 class CheckerReports(PatternDeviation):
     name = "checker-reports"
     summary = "a kernel run under a checker (memcheck, racecheck, synccheck) draws the report `match` describes"
-    parameters: ClassVar[dict[str, str]] = {"checker": "memcheck, racecheck or synccheck", "match": "a regex of the report (under 200 "
-                                                                          "characters)"}
+    parameters: ClassVar[dict[str, str]] = {"checker": "memcheck, racecheck or synccheck",
+                                            "match": "a regex of the report (under 200 characters)"}
     CHECKERS = ("memcheck", "racecheck", "synccheck")
 
     def __init__(self, **params: object) -> None:

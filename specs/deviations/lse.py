@@ -21,7 +21,8 @@ class KeylessLseFinite(Deviation):
     name = "keyless-lse-finite"
     summary = ("a row with no visible key has the log-sum-exp of its hidden keys' large finite score `fill` "
                "(fill + log n_k), not -inf")
-    parameters: ClassVar[dict[str, str]] = {"fill": "the finite score a hidden key gets (jax: -0.7 x float32's largest)"}
+    parameters: ClassVar[dict[str, str]] = {
+        "fill": "the finite score a hidden key gets (jax: -0.7 x float32's largest)"}
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)

@@ -7,6 +7,7 @@ import numpy as np
 from specs.deviations.base import Call
 from specs.gradients import reduce_to_shape
 
+
 def rows_to_gradients(call: Call, rows: np.ndarray) -> dict[str, np.ndarray]:
     """The gradient elements a non-finite output row reaches (rows: (batch, heads, n_q)): dQ of the row, dK and dV of
     its kv head (every key: dS^T Q and P^T dO sum over the rows), the bias entries the row's scores use and the sink

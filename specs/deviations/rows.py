@@ -34,10 +34,11 @@ class KeylessRowMean(Deviation):
     summary = ("a row that sees no key gets the mean of the values: hidden keys get a large finite score (a dtype's "
                "most negative value, -1e9), the same for each, so a row with nothing visible has a uniform softmax "
                "over them; NaN where no such key is left (every key's score -inf)")
-    parameters: ClassVar[dict[str, str]] = {"masked_scores": "'added': the large negative is added to the score, so a key with a -inf bias "
-                                   "stays -inf and the row's gradients flow through its scores (transformers' "
-                                   "eager_mask); 'replaced': hidden scores are replaced, bias and all, and the row's "
-                                   "weights are constants of the backward (jax.nn, flax: jnp.where)"}
+    parameters: ClassVar[dict[str, str]] = {
+        "masked_scores": "'added': the large negative is added to the score, so a key with a -inf bias stays -inf and "
+                         "the row's gradients flow through its scores (transformers' eager_mask); 'replaced': hidden "
+                         "scores are replaced, bias and all, and the row's weights are constants of the backward "
+                         "(jax.nn, flax: jnp.where)"}
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)

@@ -34,6 +34,7 @@ from specs.tolerance.model import (
     SAFETY,
     SUPPORTED_DTYPES,
     Allowance,
+    Model,
     Term,
     ToleranceUndefined,
     exponent_range,
@@ -63,7 +64,7 @@ from specs.tolerance.reading_bounds import (
 
 __all__ = [
     "K_FORWARD", "K_GRADIENT", "LAMBDA", "SAFETY", "SIMPLEX_OPTIMIZER_VALUE_TOLERANCE", "SUPPORTED_DTYPES",
-    "Allowance", "GradientOracle", "Term", "ToleranceUndefined", "affine_image_allowance",
+    "Allowance", "GradientOracle", "Model", "Term", "ToleranceUndefined", "affine_image_allowance",
     "cosine_exponent_allowance", "difference_allowance", "directional_derivative_allowance", "dot_product_allowance",
     "dropout_survivor_allowance", "elementwise_product_allowance", "entropy_allowance",
     "entropy_regularised_gap_allowance", "exponent_range", "forward_allowance", "fused_difference_allowance",

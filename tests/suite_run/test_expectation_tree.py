@@ -1,8 +1,7 @@
-"""Adding a property touches its module only; renaming one touches only the rows that name it (issue: one table
+"""Adding a property touches its module only; renaming a record touches only the rows that name it (issue: one table
 of expectations). Shown on a copy of the tree: a property added to properties/test_formula.py is checked on a
-built-in record whose row covers it by symptom, with no other file changed; renaming a property that a row of
-impls/expectations.toml names stops the next run at start, listing that row; renaming it in that row too
-makes the run pass again."""
+built-in record whose deviation explains its failure, with no other file changed; renaming the record stops the next
+run at start, listing the rows that name it; renaming it in those rows too makes the run pass again."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ def test_added_witness_of_one_value_too_many_is_rejected(variant):
     for mismatched in mismatched_values(witness):
         expect_rejected(trial, mismatched)
 '''
-OLD_NAME = "test_scores_past_the_dtypes_range_give_finite_correct_outputs"  # named by numpy-reference's row
-NEW_NAME = "test_scores_beyond_the_dtypes_range_give_finite_correct_outputs"
+OLD_NAME = '"seed002-memory-optimized-tiled"'  # the record's name, in its decorator and in its rows
+NEW_NAME = '"seed002-memory-optimised-tiled"'
 IGNORED = shutil.ignore_patterns(".git", ".tox", "__pycache__", ".hypothesis", "*.egg-info")
 
 
@@ -45,17 +44,15 @@ def test_a_property_added_and_renamed_in_a_copy_of_the_tree(tmp_path):
     run = run_suite(added, "--impl", RECORD, report_dir=tmp_path / "added", root=tree)
     verdict = run.verdict("one-key-per-value", "seed002-memory-optimized-tiled[float64]")
     assert verdict is not None and verdict["failed_properties"] == [added.rpartition("::")[2]], run.output[-3000:]
-    assert verdict["status"] == "fail" and verdict["expected"], verdict  # the row's symptom covers the new property
+    assert verdict["status"] == "fail" and verdict["expected"], verdict  # its deviation explains the new property
     assert run.returncode == 0, run.output[-3000:]
 
-    _replace(tree / "properties" / "test_stability.py", f"def {OLD_NAME}(", f"def {NEW_NAME}(")
+    _replace(tree / "impls" / "seeds" / "seed002_tiled.py", OLD_NAME, NEW_NAME)
     stale = run_suite(added, "--impl", RECORD, root=tree)
     assert stale.returncode == pytest.ExitCode.USAGE_ERROR, stale.output[-3000:]
     assert "expectations.toml has rows naming what no longer exists" in stale.output
-    assert f"(numpy-reference, online-softmax-avoids-overflow, float16): names properties ['{OLD_NAME}']" \
-        in stale.output, stale.output[-3000:]
-    assert stale.output.count("no longer has") == 1  # that row alone
+    assert "no built-in record is named 'seed002-memory-optimized-tiled'" in stale.output, stale.output[-3000:]
 
-    _replace(tree / "impls" / "expectations.toml", f'"{OLD_NAME}"', f'"{NEW_NAME}"')
+    _replace(tree / "impls" / "expectations.toml", OLD_NAME, NEW_NAME)
     renamed = run_suite(added, "--impl", RECORD, root=tree)
     assert renamed.returncode == 0, renamed.output[-3000:]

@@ -23,6 +23,7 @@ import pytest
 from harness.api.evidence import PropertyViolation
 from harness.api.repro import repro_snippet
 from harness.api.trial import Trial
+from harness.engine.declarations import RUNNING, RunningCheck
 from interpretations import test_bayesian as bayesian
 from interpretations import test_differential as differential
 from interpretations import test_geometric as geometric
@@ -41,7 +42,9 @@ from properties import test_score_mods as score_mods
 from properties import test_stability as stability
 from properties import test_symmetry as symmetry
 from properties import test_tiling as tiling
+from protocol.known_defects import Row
 from protocol.registry import Variant, load_impl
+from specs.deviations import deviation_from_fields
 from specs.problems import CodeMismatch, Problem, build
 from specs.reference import attention
 from tests.fixtures.runs import ROOT
@@ -107,6 +110,8 @@ PROPERTIES = [
     (gradient_poisoning.test_non_finite_keys_past_every_causal_horizon_never_reach_gradients, TILED, "float64"),
     # a NaN softcap among the bad values: its step must rebuild it (NaN is identical to NaN there)
     (functools.partial(score_mods.test_bad_modifications_are_rejected_by_name, keyword="softcap"), TILED, "float64"),
+    (lambda variant: _explained(poisoning.test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them, variant),
+     f"{ROOT}/tests/fixtures/deviation_impls.py:additive_mask", "float64"),
 ]
 CALLS: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # inputs of recorded_positional_bias, in call order
 
@@ -123,6 +128,19 @@ def recorded_positional_bias(q, k, v, *, scale=None):
     """zoo.declared.positional_bias (keys are not exchangeable), keeping what each call received."""
     CALLS.append((q.copy(), k.copy(), v.copy()))
     return positional_bias(q, k, v, scale=scale)
+
+
+def _explained(prop, variant: Variant) -> None:
+    """`prop` run on `variant` declaring that its hidden poison reaches rows, as the plugin runs it: a failing example
+    runs again under the deviation, which makes the same call with finite garbage in the poison's place."""
+    deviation = deviation_from_fields("hidden-nonfinite-reaches-rows", {"through": ["keys", "values"]}, "test")
+    rows = (Row(variant.impl.name, "hidden-non-finite-never-reaches-output", "test", ("float64",), deviation),)
+    variant = Variant(dataclasses.replace(variant.impl, known_defects=rows), variant.dtype)
+    token = RUNNING.set(RunningCheck(prop.__name__, ("hidden-non-finite-never-reaches-output",), variant))
+    try:
+        prop(variant=variant)
+    finally:
+        RUNNING.reset(token)
 
 
 def _variant(target: str, dtype: str = "float64") -> Variant:

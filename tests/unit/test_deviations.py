@@ -150,7 +150,7 @@ def test_a_log_sum_exp_deviation_explains_its_convention_and_refuses_another(cas
     run = _run(variant, fields)
     trial = Trial(variant, problem)
     with deviation_mode(run):
-        out, lse = trial.call_raw(problem, return_lse=True)
+        _, lse = trial.call_raw(problem, return_lse=True)
     oracle, _ = trial.oracle(problem)
     assert run.fired == {run.rows[0].deviation.describe()}, run.explained
     np.testing.assert_array_equal(np.isfinite(lse), np.isfinite(oracle.lse))

@@ -76,7 +76,8 @@ def test_a_pattern_over_a_tolerance_failure_is_refused_with_the_deviation_form()
 
 
 def test_two_rows_of_one_key_are_rejected_but_two_deviations_of_one_cell_are_two_keys():
-    other = ROW.replace('subject = ["rec-a", "rec-b"]', 'subject = "rec-b"').replace('"float32"', '"float32", "float16"')
+    other = ROW.replace('subject = ["rec-a", "rec-b"]', 'subject = "rec-b"')
+    other = other.replace('"float32"', '"float32", "float16"')
     with pytest.raises(ExpectationTableError, match=r"row 2: \(rec-b, sdpa-formula, float32, rejects .*\) is already"):
         parse_table(ROW + other)
     assert len(parse_table(ROW + other.replace('"float32", ', ""))) == 6  # float16 alone is a key of its own
