@@ -3,14 +3,14 @@
 jax.nn's documented semantics: q (batch, n_q, heads, d), k and v (batch, n_k, heads_kv, d) (the protocol's layout
 with heads and positions swapped), heads a multiple of heads_kv (GQA), d_v equal to d; `scale` None means 1/sqrt(d);
 `mask` True = may attend and `bias` added to the scaled scores, each broadcast to (batch, heads, n_q, n_k);
-`is_causal` and `local_window_size=(left, right)` both aligned top-left (query i sees keys i - left .. i + right;
-the protocol's unbounded side, a negative one, becomes n_q + n_k, past every distance between a query and a key);
+`is_causal` and `local_window_size=(left, right)` both aligned top-left (query i sees keys i - left .. i + right; the
+protocol's unbounded side, a negative one, becomes n_q + n_k, past every distance between a query and a key);
 `return_residual=True` gives the LSE as (batch, n_q, heads), natural log. Run op by op, XLA compiles each operation
 for each new shape (compiles_per_shape: the shapes are drawn from a fixed set). Its backward is jax.vjp of the same
-call. Float64 needs `jax_enable_x64`, set before the first call. Its varlen face (protocol.faces) maps the packed sequences to `query_seq_lengths` and
-`key_value_seq_lengths`: each sequence's rows (and its first seqused_k keys) padded with zeros to (sequences,
-longest, heads, d), the padding masked by those lengths, the output gathered back to the packed rows (rows in no
-sequence 0, their LSE -inf); causal and the window are then per sequence, top-left.
+call. Float64 needs `jax_enable_x64`, set before the first call. Its varlen face (protocol.faces) maps the packed
+sequences to `query_seq_lengths` and `key_value_seq_lengths`: each sequence's rows (and its first seqused_k keys)
+padded with zeros to (sequences, longest, heads, d), the padding masked by those lengths, the output gathered back to
+the packed rows (rows in no sequence 0, their LSE -inf); causal and the window are then per sequence, top-left.
 
 Flax linen's dot_product_attention (flax.linen.attention) is flax's own code, not a call into jax.nn: q (batch, n,
 heads, d) with the same number of heads for q, k, v; it scales by 1/sqrt(d) itself (no scale keyword) and has no
