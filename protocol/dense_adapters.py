@@ -12,7 +12,9 @@ implementation takes cache_leftpad) and ends in spare slots; the last min(n_q, n
 append at cache_seqlens. Unused slots, padding and pages hold NaN; with cache_batch_idx, sequences map to cache
 rows in reverse order among spare rows of finite values; with block_table, pages lie shuffled in a pool of
 `page_size` slots (a tile keyword of the adapter, 16 by default) with spare NaN pages and out-of-range entries
-past each sequence's pages. After the call the cache must equal the expected append bit for bit, or
+past each sequence's pages. One decoy sequence follows the dense batch's, DECOY_EXTRA_KEYS keys longer (the
+dense sequences' slots past their keys hold NaN there), so the cache's sequences never share one length; its output
+is checked as a varlen decoy's. After the call the cache must equal the expected append bit for bit, or
 FaceCheckFailed names the first differing slot. A cache cannot hold keys and values of different lengths or heads:
 such dense inputs are rejected here (specs.validation.check_shapes), before the call.
 
@@ -94,13 +96,14 @@ def _filled(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -
 
 
 def _check_decoy(index: int, got: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype: np.dtype,
-                 alignment: str, kwargs: dict) -> None:
-    """One decoy's output (n_q, heads, d_v) against the oracle, within the tolerance model."""
+                 alignment: str, kwargs: dict, within: str = "pack") -> None:
+    """One decoy's output (n_q, heads, d_v) against the oracle, within the tolerance model; `within` names where
+    the decoy lies (a pack, a cache)."""
     if not len(q):
         return
     if not len(k):
         if np.any(got != 0):
-            raise FaceCheckFailed(f"decoy sequence {index} of the pack has no key, but its output is not 0: "
+            raise FaceCheckFailed(f"decoy sequence {index} of the {within} has no key, but its output is not 0: "
                                   f"{got.reshape(-1)[:4]}")
         return
     dense = (np.ascontiguousarray(x.transpose(1, 0, 2), dtype=np.float64)[None] for x in (q, k, v))
@@ -113,7 +116,7 @@ def _check_decoy(index: int, got: np.ndarray, q: np.ndarray, k: np.ndarray, v: n
     bad = ~(error <= bound)
     if bad.any():
         at = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise FaceCheckFailed(f"decoy sequence {index} of the pack (n_q={len(q)}, n_k={len(k)}) differs from the "
+        raise FaceCheckFailed(f"decoy sequence {index} of the {within} (n_q={len(q)}, n_k={len(k)}) differs from the "
                               f"float64 oracle beyond the tolerance at out[{at}]: {got[at]!r}, expected "
                               f"{oracle.out[0].transpose(1, 0, 2)[at]!r}, allowed {bound[at]:.3g}")
 
@@ -192,22 +195,42 @@ def _first_difference(got: np.ndarray, expected: np.ndarray) -> tuple[int, ...] 
     return None if same.all() else tuple(int(i) for i in np.argwhere(~same)[0])
 
 
-def through_kvcache(fn: Callable, leftpad: bool, batch_idx: bool, paged: bool) -> Callable:
-    """The dense face of a kv-cache function (the module's docstring)."""
+DECOY_EXTRA_KEYS = 3  # the kv-cache adapter's decoy sequence holds this many keys more than the dense ones
+
+
+def through_kvcache(fn: Callable, leftpad: bool, batch_idx: bool, paged: bool,
+                    alignment: str = "bottom_right") -> Callable:
+    """The dense face of a kv-cache function (the module's docstring): the dense batch's sequences and one decoy
+    sequence of DECOY_EXTRA_KEYS more keys after them, so the cache's sequences have unequal logical lengths; the
+    decoy's output is checked against the float64 oracle in the same call."""
 
     def dense(q, k, v, *, return_lse: bool = False, page_size: int = DEFAULT_PAGE_SIZE, **kwargs):
         kind = _Kind(q)
         qn, kn, vn = (kind.numpy(x) for x in (q, k, v))
         shape = check_shapes(qn, kn, vn, finite=False)  # a cache cannot hold keys and values of other lengths
-        built = build_cache(qn, kn, vn, lengths_k=[shape.n_k] * shape.batch, n_new=min(shape.n_q, shape.n_k),
-                            leftpad=[b % 3 for b in range(shape.batch)] if leftpad else None,
+        batch, n_k = shape.batch, shape.n_k
+        rng = np.random.default_rng([batch, shape.heads, shape.heads_kv, shape.n_q, n_k, shape.d, shape.d_v])
+        decoy_q = _filled(rng, (1, shape.heads, shape.n_q, shape.d), qn.dtype)
+        decoy_k, decoy_v = (_filled(rng, (1, shape.heads_kv, n_k + DECOY_EXTRA_KEYS, dim), qn.dtype)
+                            for dim in (shape.d, shape.d_v))
+        longer = [np.concatenate([x, np.full(x.shape[:2] + (DECOY_EXTRA_KEYS,) + x.shape[3:], np.nan, x.dtype)],
+                                 axis=2) for x in (kn, vn)]
+        laid = (np.concatenate([qn, decoy_q]), np.concatenate([longer[0], decoy_k]),
+                np.concatenate([longer[1], decoy_v]))
+        built = build_cache(*laid, lengths_k=[n_k] * batch + [n_k + DECOY_EXTRA_KEYS],
+                            n_new=min(shape.n_q, n_k), leftpad=[b % 3 for b in range(batch + 1)] if leftpad else None,
                             spare_rows=UNUSED_SLOTS if batch_idx and not paged else None,
-                            page_size=page_size if paged else None, seed=shape.n_k)
+                            page_size=page_size if paged else None, seed=n_k)
         expected = built.expected_caches()
         k_cache, v_cache = (kind.native(c) for c in (built.k_cache, built.v_cache))
         keywords = {name: kind.native(value) for name, value in built.keywords.items()}
+        call_kwargs = dict(kwargs)
+        slopes = kwargs.get("alibi_slopes")
+        if slopes is not None and len(slopes.shape) == 2:  # one row per sequence: the decoy's are 0.25
+            call_kwargs["alibi_slopes"] = kind.cat([slopes, kind.native(np.full((1, shape.heads), 0.25,
+                                                                                kind.numpy(slopes).dtype))])
         result = fn(kind.native(built.q), k_cache, v_cache, kind.native(built.k), kind.native(built.v),
-                    **_lse_keyword(return_lse), **keywords, **kwargs)
+                    **_lse_keyword(return_lse), **keywords, **call_kwargs)
         for name, cache, want in (("k_cache", k_cache, expected[0]), ("v_cache", v_cache, expected[1])):
             at = _first_difference(kind.numpy(cache), want)
             if at is not None:
@@ -215,8 +238,15 @@ def through_kvcache(fn: Callable, leftpad: bool, batch_idx: bool, paged: bool) -
                                       f"{want[at]!r}: the new keys belong at slots cache_seqlens.. of their "
                                       "sequence, and nothing else may change")
         out, lse = result if return_lse else (result, None)
+        if not kwargs.get("dropout_p"):
+            decoy_kwargs = _oracle_kwargs(kwargs, kind)
+            if slopes is not None and len(slopes.shape) == 2:
+                decoy_kwargs["alibi_slopes"] = np.full(shape.heads, 0.25)
+            _check_decoy(batch, kind.numpy(out[batch]), decoy_q[0].swapaxes(0, 1), decoy_k[0].swapaxes(0, 1),
+                         decoy_v[0].swapaxes(0, 1), qn.dtype, alignment, decoy_kwargs, "cache")
+        out = out[:batch]
         out = out.transpose(1, 2) if kind.torch else out.swapaxes(1, 2)
-        return (out, lse) if return_lse else out
+        return (out, lse[:batch]) if return_lse else out
 
     return dense
 
@@ -239,7 +269,7 @@ def dense_through(face: str, fn: Callable, *, alignment: str, features: dict[str
         adapted = through_varlen(fn, alignment, features["seqused_k"], features["empty_sequences"])
     else:
         adapted = through_kvcache(fn, features["cache_leftpad"], features["cache_batch_idx"],
-                                  features["block_table"])
+                                  features["block_table"], alignment)
     adapted.__signature__ = dense_signature(fn, face, tile_keywords)
     adapted.__doc__ = f"{fn.__qualname__}'s {face} face, called with dense problems (protocol.dense_adapters)."
     adapted.__wrapped_face__ = fn

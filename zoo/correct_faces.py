@@ -3,7 +3,9 @@ as an outside user would (CONTRACT 1's faces, no import of the suite). Every app
 through the suite's adapters included, must pass on each (tests/suite_run/test_zoo.py).
 
 Shared conventions: causal aligned bottom-right within each sequence; a row with no visible key gives 0 and
-log-sum-exp -inf; a value no query sees is never multiplied (it may be NaN padding).
+log-sum-exp -inf; a value no query sees is never multiplied (it may be NaN padding). varlen_padded_and_masked and
+split_kv_uneven take FlashAttention's score modifications too: softcap * tanh(s / softcap), ALiBi's
+-slope * |i + n_k - n_q - j|, a window left <= i + n_k - n_q - j <= -right (negative: unbounded), sinks.
 """
 
 import itertools
@@ -14,27 +16,59 @@ import numpy as np
 _FLOAT = ("float64", "float32")
 
 
-def _masked_attention(q, k, v, allowed, scale):
+def _masked_attention(q, k, v, allowed, scale, softcap=0.0, bias=None, sinks=None):
     """Dense (batch, heads, n_q, d) attention under a boolean `allowed` (batch, 1, n_q, n_k), in q's precision;
-    returns the output and the log-sum-exp."""
+    returns the output and the log-sum-exp. The scores are capped by `softcap`, then `bias` is added; `sinks`
+    (heads,) join as one more key whose value is 0."""
     group = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     s = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    scores = np.where(allowed, (q @ k.swapaxes(-1, -2)) * q.dtype.type(s), -np.inf)
+    scores = (q @ k.swapaxes(-1, -2)) * q.dtype.type(s)
+    if softcap > 0:
+        scores = q.dtype.type(softcap) * np.tanh(scores / q.dtype.type(softcap))
+    scores = np.where(allowed, scores if bias is None else scores + bias.astype(q.dtype), -np.inf)
+    v = np.where(allowed.any(axis=-2)[..., None], v, 0)
+    if sinks is not None:  # the sink key: every query sees it, its value is 0
+        column = np.broadcast_to(sinks.astype(q.dtype)[None, :, None, None], scores.shape[:3] + (1,))
+        scores = np.concatenate([scores, column], axis=-1)
+        v = np.concatenate([v, np.zeros(v.shape[:2] + (1, v.shape[3]), v.dtype)], axis=2)
     top = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for a sequence with no key
-    seen = np.isfinite(top)
+    seen = np.isfinite(top)  # +inf: a sink of +inf takes every weight
     e = np.exp(scores - np.where(seen, top, 0))
     total = e.sum(axis=-1, keepdims=True)
-    v = np.where(allowed.any(axis=-2)[..., None], v, 0)
-    out = (e / np.where(seen, total, 1)) @ v
+    with np.errstate(invalid="ignore"):
+        out = np.where(seen, (e / np.where(seen, total, 1)) @ v, 0)
     with np.errstate(divide="ignore"):
-        lse = np.where(seen, top + np.log(np.where(seen, total, 1)), -np.inf)[..., 0]
+        lse = np.where(seen, top + np.log(np.where(seen, total, 1)), top)[..., 0]
     return out.astype(q.dtype), lse
 
 
-def _causal(n_q, n_k, causal):
-    """Bottom-right causal visibility (n_q, n_k), or all visible."""
-    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q) if causal else np.ones((n_q, n_k), bool)
+def _check_mods(heads, batch, window_size, softcap, alibi_slopes, sinks):
+    """The score modifications' keywords, each named when out of the protocol; slopes as (batch, heads)."""
+    if window_size is not None and (not isinstance(window_size, tuple | list) or len(window_size) != 2 or not all(
+            isinstance(side, int) and not isinstance(side, bool) for side in window_size)):
+        raise ValueError(f"window_size must be (left, right) integers, got {window_size!r}")
+    if not isinstance(softcap, int | float) or not math.isfinite(softcap):
+        raise ValueError(f"softcap must be a finite number, got {softcap!r}")
+    for name, x, shapes in (("alibi_slopes", alibi_slopes, ((heads,), (batch, heads))), ("sinks", sinks, ((heads,),))):
+        if x is not None and (np.shape(x) not in shapes or np.isnan(x).any()):
+            raise ValueError(f"{name} must be an array of shape {' or '.join(map(str, shapes))} without NaN")
+    return None if alibi_slopes is None else np.broadcast_to(np.asarray(alibi_slopes, np.float64), (batch, heads))
+
+
+def _score_bias(n_q, n_k, slopes):
+    """ALiBi as an additive bias (heads, n_q, n_k) for one sequence's slopes (heads,), or None."""
+    if slopes is None:
+        return None
+    distance = np.arange(n_q)[:, None] + (n_k - n_q) - np.arange(n_k)[None, :]
+    return -slopes[:, None, None] * np.abs(distance)
+
+
+def _causal(n_q, n_k, causal, window_size=None):
+    """Bottom-right causal visibility (n_q, n_k) within the window (left, right), or all visible."""
+    distance = np.arange(n_q)[:, None] + (n_k - n_q) - np.arange(n_k)[None, :]
+    left, right = window_size if window_size is not None else (-1, -1)
+    return ((distance >= 0) if causal else (distance >= -right) | (right < 0)) & ((distance <= left) | (left < 0))
 
 
 def _check_packing(q, k, v, cu_q, cu_k, max_q, max_k, seqused_k):
@@ -53,10 +87,14 @@ def _check_packing(q, k, v, cu_q, cu_k, max_q, max_k, seqused_k):
 
 
 def varlen_padded_and_masked(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None,
-                             causal=False, seqused_k=None, return_lse=False):
-    """Varlen by padding every sequence to max_seqlen_q x max_seqlen_k and one masked dense call."""
+                             causal=False, seqused_k=None, return_lse=False, window_size=None, softcap=0.0,
+                             alibi_slopes=None, sinks=None):
+    """Varlen by padding every sequence to max_seqlen_q x max_seqlen_k and one masked dense call: the window folded
+    into the mask, ALiBi into an additive bias, the sinks as one more key of value 0."""
     used = _check_packing(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
     batch = len(cu_seqlens_q) - 1
+    slopes = _check_mods(q.shape[1], batch, window_size, softcap, alibi_slopes, sinks)
+    bias = None if slopes is None else np.zeros((batch, q.shape[1], max_seqlen_q, max_seqlen_k))
     lengths_q = np.diff(cu_seqlens_q)
     dense_q = np.zeros((batch, q.shape[1], max_seqlen_q, q.shape[2]), q.dtype)
     dense_k = np.zeros((batch, k.shape[1], max_seqlen_k, k.shape[2]), k.dtype)
@@ -67,8 +105,11 @@ def varlen_padded_and_masked(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, 
         dense_q[b, :, :n_q] = q[cu_seqlens_q[b]:cu_seqlens_q[b] + n_q].swapaxes(0, 1)
         dense_k[b, :, :n_k] = k[cu_seqlens_k[b]:cu_seqlens_k[b] + n_k].swapaxes(0, 1)
         dense_v[b, :, :n_k] = v[cu_seqlens_k[b]:cu_seqlens_k[b] + n_k].swapaxes(0, 1)
-        allowed[b, 0, :n_q, :n_k] = _causal(n_q, n_k, causal)
-    out, lse = _masked_attention(dense_q, dense_k, dense_v, allowed, scale)
+        allowed[b, 0, :n_q, :n_k] = _causal(n_q, n_k, causal, window_size)
+        if bias is not None:
+            bias[b, :, :n_q, :n_k] = _score_bias(n_q, n_k, slopes[b])
+    out, lse = _masked_attention(dense_q, dense_k, dense_v, allowed, scale, softcap, bias,
+                                 None if sinks is None else np.asarray(sinks))
     packed = np.zeros((len(q), q.shape[1], v.shape[2]), q.dtype)
     packed_lse = np.full((q.shape[1], len(q)), -np.inf)
     for b in range(batch):
@@ -143,29 +184,39 @@ def paged_cache_gathered(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, 
 
 
 def split_kv_uneven(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, cache_batch_idx=None,
-                    block_table=None, scale=None, causal=False, num_splits=1, return_lse=False):
+                    block_table=None, scale=None, causal=False, num_splits=1, return_lse=False, window_size=None,
+                    softcap=0.0, alibi_slopes=None, sinks=None):
     """A decode step cut into num_splits splits of doubling sizes (1, 2, 4, ... keys, the last taking the rest),
-    each normalised alone and merged through log-sum-exp by a running logaddexp."""
+    each normalised alone and merged through log-sum-exp by a running logaddexp that starts from the sinks (a
+    split of value 0 and log-sum-exp sink)."""
+    batch, n_q, heads, _ = q.shape
+    slopes = _check_mods(heads, batch, window_size, softcap, alibi_slopes, sinks)
     n_new = _append(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
         raise ValueError(f"num_splits must be a positive int, got {num_splits!r}")
-    batch, n_q, heads, _ = q.shape
+    start = np.full((1, heads, n_q), -np.inf) if sinks is None else \
+        np.broadcast_to(np.asarray(sinks, np.float64)[None, :, None], (1, heads, n_q))
     out = np.zeros((batch, n_q, heads, v_cache.shape[3]), q.dtype)
     lse = np.full((batch, heads, n_q), -np.inf)
     for b in range(batch):
         where = _cache_slots(b, k_cache, cache_seqlens, n_new, None, cache_batch_idx, block_table)
         n_k = len(where[1])
         cuts = sorted({min(2 ** i - 1, n_k) for i in range(num_splits)} | {n_k})
-        visible = _causal(n_q, n_k, causal)
-        acc, total = np.zeros((1, heads, n_q, v_cache.shape[3])), np.full((1, heads, n_q), -np.inf)
+        visible = _causal(n_q, n_k, causal, window_size)
+        bias = None if slopes is None else _score_bias(n_q, n_k, slopes[b])
+        acc, total = np.zeros((1, heads, n_q, v_cache.shape[3])), start
         for lo, hi in itertools.pairwise(cuts):
             part = (where[0][lo:hi], where[1][lo:hi])
             keys, values = (np.ascontiguousarray(c[part].swapaxes(0, 1))[None] for c in (k_cache, v_cache))
             part_out, part_lse = _masked_attention(q[b].swapaxes(0, 1)[None], keys, values,
-                                                   visible[None, None, :, lo:hi], scale)
+                                                   visible[None, None, :, lo:hi], scale, softcap,
+                                                   None if bias is None else bias[:, :, lo:hi])
             merged = np.logaddexp(total, part_lse)
-            safe = np.where(np.isfinite(merged), merged, 0)
-            acc = acc * np.exp(total - safe)[..., None] + part_out * np.exp(part_lse - safe)[..., None]
+            finite = np.isfinite(merged)  # +inf: a sink of +inf, which takes every weight
+            safe = np.where(finite, merged, 0)
+            with np.errstate(invalid="ignore", over="ignore"):
+                acc = np.where(finite[..., None], acc * np.exp(total - safe)[..., None]
+                               + part_out * np.exp(part_lse - safe)[..., None], 0)
             total = merged
         out[b], lse[b] = acc[0].swapaxes(0, 1), total[0]
     return (out, lse.astype(q.dtype)) if return_lse else out

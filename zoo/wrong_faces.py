@@ -11,9 +11,10 @@ import math
 import numpy as np
 
 
-def _attend(q, k, v, scale, causal, offset=None, empty=0.0):
+def _attend(q, k, v, scale, causal, offset=None, empty=0.0, mods=None):
     """One sequence: q (n_q, heads, d), k and v (n_k, heads_kv, dim) -> out (n_q, heads, d_v) and lse (heads, n_q).
-    `offset`: where query i's diagonal meets the keys (bottom-right by default); `empty`: a keyless row's output."""
+    `offset`: where query i's diagonal meets the keys (bottom-right by default); `empty`: a keyless row's output;
+    `mods`: _Mods of this sequence (its sinks are the caller's: a split must not count them)."""
     n_q, heads, d = q.shape
     n_k = k.shape[0]
     if n_k == 0:
@@ -22,7 +23,11 @@ def _attend(q, k, v, scale, causal, offset=None, empty=0.0):
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k) * (1 / math.sqrt(d) if scale is None else float(scale))
     shift = n_k - n_q if offset is None else offset
-    allowed = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + shift if causal else np.ones((n_q, n_k), bool)
+    distance = np.arange(n_q)[:, None] + shift - np.arange(n_k)[None, :]  # i + offset - j
+    allowed = distance >= 0 if causal else np.ones((n_q, n_k), bool)
+    if mods is not None:
+        scores, band = mods.applied(scores, distance, causal)
+        allowed = allowed & band
     scores = np.where(allowed, scores, -np.inf)
     top = scores.max(axis=-1, keepdims=True)
     seen = np.isfinite(top)
@@ -35,6 +40,61 @@ def _attend(q, k, v, scale, causal, offset=None, empty=0.0):
     return out.astype(q.dtype), lse
 
 
+class _Mods:
+    """The score modifications of one sequence, FlashAttention's: softcap * tanh(s / softcap), then
+    -slope * |i + offset - j|, a window left <= i + offset - j <= -right (negative: unbounded) and sinks in the
+    denominator. The hooks: window_shift moves the window's diagonal (by a packed position), alibi_shift the
+    ALiBi distance's (by a cache slot)."""
+
+    def __init__(self, window_size=None, softcap=0.0, slopes=None, sinks=None, window_shift=0, alibi_shift=0):
+        if window_size is not None and (not isinstance(window_size, tuple | list) or len(window_size) != 2
+                                        or not all(isinstance(x, int) for x in window_size)):
+            raise ValueError(f"window_size must be two ints (left, right), got {window_size!r}")
+        if not math.isfinite(softcap):
+            raise ValueError(f"softcap must be finite, got {softcap!r}")
+        for name, x in (("alibi_slopes", slopes), ("sinks", sinks)):
+            if x is not None and np.isnan(x).any():
+                raise ValueError(f"{name} holds NaN")
+        self.window, self.softcap, self.slopes, self.sinks = window_size, softcap, slopes, sinks
+        self.window_shift, self.alibi_shift = window_shift, alibi_shift
+
+    def applied(self, scores, distance, causal):
+        """The modified scores (heads, n_q, n_k) and the window's band (n_q, n_k)."""
+        if self.softcap > 0:
+            scores = self.softcap * np.tanh(scores / self.softcap)
+        if self.slopes is not None:
+            scores = scores - self.slopes[:, None, None] * np.abs(distance + self.alibi_shift)
+        band = np.ones(distance.shape, bool)
+        if self.window is not None:
+            left, right = self.window
+            moved = distance + self.window_shift
+            band = ((moved <= left) | (left < 0)) & ((moved >= -right) | (right < 0) | causal)
+        return scores, band
+
+    def with_sinks(self, out, lse):
+        """(out, lse) of a row with the sinks joined to its denominator: they carry no value."""
+        if self.sinks is None:
+            return out, lse
+        sink = np.broadcast_to(self.sinks[:, None], lse.shape)
+        total = np.logaddexp(lse, sink)
+        with np.errstate(invalid="ignore"):
+            kept = np.where(np.isneginf(lse) | np.isposinf(sink), 0.0, np.exp(lse - total))
+        return (out * kept.T[:, :, None]).astype(out.dtype), total
+
+
+def _sequence_mods(mods, i, **shifts):
+    """Sequence i's _Mods from the call's keywords (slopes per head or per sequence)."""
+    slopes = mods.get("alibi_slopes")
+    if slopes is not None:
+        slopes = np.asarray(slopes, np.float64)
+        if slopes.ndim not in (1, 2):
+            raise ValueError(f"alibi_slopes must be (heads,) or (batch, heads), got {slopes.shape}")
+        slopes = slopes[i] if slopes.ndim == 2 else slopes
+    sinks = mods.get("sinks")
+    return _Mods(mods.get("window_size"), float(mods.get("softcap") or 0.0), slopes,
+                 None if sinks is None else np.asarray(sinks, np.float64), **shifts)
+
+
 def _int32(name, x):
     if getattr(x, "dtype", None) != np.int32 or np.ndim(x) != 1:
         raise ValueError(f"{name} must be a 1-D int32 array")
@@ -42,9 +102,10 @@ def _int32(name, x):
 
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None, causal=False,
-            seqused_k=None, return_lse=False, keys_of=None, offset_of=None, empty=0.0):
-    """Packed sequences, each attending alone; the hooks: keys_of(i, cu_k, used, total_k) -> its key slice,
-    offset_of(i, cu_q, cu_k) -> its causal offset, `empty` the output of a sequence with no key."""
+            seqused_k=None, return_lse=False, mods=None, keys_of=None, offset_of=None, empty=0.0, window_shift_of=None):
+    """Packed sequences, each attending alone under the score modifications `mods` (keywords); the hooks:
+    keys_of(i, cu_k, used, total_k) -> its key slice, offset_of(i, cu_q, cu_k) -> its causal offset, `empty` the
+    output of a sequence with no key, window_shift_of(i, cu_q, cu_k) -> where its window's diagonal moves."""
     if k.shape[:2] != v.shape[:2]:
         raise ValueError(f"k {k.shape} and v {v.shape} must share their keys and heads")
     cu_q, cu_k = _int32("cu_seqlens_q", cu_seqlens_q), _int32("cu_seqlens_k", cu_seqlens_k)
@@ -62,7 +123,10 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, 
         rows = slice(cu_q[i], cu_q[i + 1])
         keys = keys_of(i, cu_k, used, len(k)) if keys_of else slice(cu_k[i], cu_k[i] + used[i])
         offset = offset_of(i, cu_q, cu_k) if offset_of else None
-        out[rows], lse[:, rows] = _attend(q[rows], k[keys], v[keys], scale, causal, offset, empty)
+        shifts = {"window_shift": window_shift_of(i, cu_q, cu_k)} if window_shift_of else {}
+        sequence_mods = _sequence_mods(mods or {}, i, **shifts)
+        out[rows], lse[:, rows] = sequence_mods.with_sinks(
+            *_attend(q[rows], k[keys], v[keys], scale, causal, offset, empty, sequence_mods))
     return (out, lse) if return_lse else out
 
 
@@ -71,19 +135,24 @@ def _merge(parts):
     lses = np.stack([lse for _, lse in parts])
     top = lses.max(axis=0)
     shift = np.where(np.isfinite(top), top, 0.0)
-    weights = np.exp(lses - shift)
+    weights = np.where(np.isposinf(top), np.isposinf(lses), np.exp(lses - shift))  # +inf: a sink's, every weight
     total = weights.sum(axis=0)
     out = sum(w.T[:, :, None] * o for w, (o, _) in zip(weights, parts, strict=True))
     with np.errstate(divide="ignore"):
-        return out / np.where(total > 0, total, 1.0).T[:, :, None], np.log(total) + shift
+        lse = np.where(np.isposinf(top), np.inf, np.log(total) + shift)
+        return out / np.where(total > 0, total, 1.0).T[:, :, None], lse
 
 
 def _kv_cache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, cache_batch_idx=None, cache_leftpad=None,
-              block_table=None, scale=None, causal=False, num_splits=1, return_lse=False, write_at=0,
-              after_append=None, first_slot=None, row_of=None, page_of=None, merge=_merge):
-    """A decode step: append at cache_seqlens, then attend over the slots in `num_splits` splits. The hooks: write_at
-    shifts the append, after_append(cache, b, end) runs after it, first_slot(b, leftpad) is where keys start,
-    row_of(b, rows) the cache row, page_of(b, page, table, pool size) the physical page, `merge` the split merge."""
+              block_table=None, scale=None, causal=False, num_splits=1, return_lse=False, mods=None, write_at=0,
+              after_append=None, first_slot=None, row_of=None, page_of=None, merge=_merge, alibi_shift_of=None,
+              sinks_per_split=False, seqlen_of=None):
+    """A decode step: append at cache_seqlens, then attend over the slots in `num_splits` splits under the score
+    modifications `mods` (keywords). The hooks: write_at shifts the append, after_append(cache, b, end) runs after
+    it, first_slot(b, leftpad) is where keys start, row_of(b, rows) the cache row, page_of(b, page, table, pool
+    size) the physical page, `merge` the split merge, alibi_shift_of(b, leftpad) moves ALiBi's distance,
+    sinks_per_split joins the sinks to every split's denominator instead of the merged one, and seqlen_of(b, seqlens)
+    is the cache_seqlens entry a sequence attends up to."""
     batch, n_q, heads, _ = q.shape
     n_new = 0 if k is None else k.shape[1]
     seqlens = _int32("cache_seqlens", cache_seqlens)
@@ -113,15 +182,20 @@ def _kv_cache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, cache_batch
     lse = np.full((batch, heads, n_q), -np.inf)
     for b in range(batch):
         start = first_slot(b, leftpad) if first_slot else leftpad[b]
-        slots = np.arange(start, seqlens[b] + n_new)
+        slots = np.arange(start, (seqlen_of(b, seqlens) if seqlen_of else seqlens[b]) + n_new)
+        shifts = {"alibi_shift": alibi_shift_of(b, leftpad)} if alibi_shift_of else {}
+        sequence_mods = _sequence_mods(mods or {}, b, **shifts)
         if not len(slots):
+            out[b], lse[b] = sequence_mods.with_sinks(out[b], lse[b])
             continue
         parts = []
         for part in np.array_split(np.arange(len(slots)), min(num_splits, len(slots))):
             keys, values = k_cache[where(b, slots[part])], v_cache[where(b, slots[part])]
             shift = part[0] + n_q - len(slots)  # bottom-right over the whole sequence, not the split
-            parts.append(_attend(q[b], keys, values, scale, causal, offset=-shift))
-        out[b], lse[b] = merge(parts)
+            split = _attend(q[b], keys, values, scale, causal, -shift, mods=sequence_mods)
+            parts.append(sequence_mods.with_sinks(*split) if sinks_per_split else split)
+        merged = merge(parts)
+        out[b], lse[b] = merged if sinks_per_split else sequence_mods.with_sinks(*merged)
     return (out, lse) if return_lse else out
 
 
@@ -131,9 +205,10 @@ _KV_CACHE = {"dtypes": ("float64",), "faces": ("kvcache",), "causal_alignment": 
 
 def _varlen_face(**hooks):
     def face(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, scale=None, causal=False,
-             seqused_k=None, return_lse=False):
+             seqused_k=None, return_lse=False, window_size=None, softcap=0.0, alibi_slopes=None, sinks=None):
+        mods = {"window_size": window_size, "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
         return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=scale, causal=causal,
-                       seqused_k=seqused_k, return_lse=return_lse, **hooks)
+                       seqused_k=seqused_k, return_lse=return_lse, mods=mods, **hooks)
 
     face.attention_capabilities = _VARLEN
     return face
@@ -141,10 +216,12 @@ def _varlen_face(**hooks):
 
 def _kv_cache_face(**hooks):
     def face(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, cache_batch_idx=None, cache_leftpad=None,
-             block_table=None, scale=None, causal=False, num_splits=1, return_lse=False):
+             block_table=None, scale=None, causal=False, num_splits=1, return_lse=False, window_size=None,
+             softcap=0.0, alibi_slopes=None, sinks=None):
+        mods = {"window_size": window_size, "softcap": softcap, "alibi_slopes": alibi_slopes, "sinks": sinks}
         return _kv_cache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                          cache_leftpad=cache_leftpad, block_table=block_table, scale=scale, causal=causal,
-                         num_splits=num_splits, return_lse=return_lse, **hooks)
+                         num_splits=num_splits, return_lse=return_lse, mods=mods, **hooks)
 
     face.attention_capabilities = _KV_CACHE
     return face
@@ -220,7 +297,26 @@ def _averaged(parts):
 num_splits_averaged = _kv_cache_face(merge=_averaged)
 num_splits_averaged.__doc__ = "the outputs of the splits a row sees are averaged, not weighted by their log-sum-exp"
 
+cache_equal_lengths_only = _kv_cache_face(seqlen_of=lambda b, seqlens: seqlens[0])
+cache_equal_lengths_only.__doc__ = ("every sequence attends up to the first one's cache_seqlens: right only when all "
+                                    "lengths are equal (the dense properties catch it through the adapter's decoy)")
+
 varlen_equal_lengths_only = _varlen_face(
     keys_of=lambda i, cu, used, total: slice(cu[i], min(cu[i] + int(np.diff(cu).max()), total)))
 varlen_equal_lengths_only.__doc__ = ("every sequence's keys are taken to be the longest one's: right only when all "
                                      "lengths are equal (the dense properties catch it through the adapter's decoys)")
+
+
+# -- score modifications inside a pack or a cache ----------------------------------------------------------------
+# the band's diagonal at packed query cu_q[i] + i and key cu_k[i] + j: moved by (cu_q[i] + n_q) - (cu_k[i] + n_k)
+varlen_window_on_packed_positions = _varlen_face(window_shift_of=lambda i, cu_q, cu_k: int(cu_q[i + 1] - cu_k[i + 1]))
+varlen_window_on_packed_positions.__doc__ = ("the window's band is placed on packed positions, not on positions "
+                                             "within the sequence (causal is right)")
+
+cache_alibi_from_slot_zero = _kv_cache_face(alibi_shift_of=lambda b, leftpad: -int(leftpad[b]))
+cache_alibi_from_slot_zero.__doc__ = ("ALiBi's key positions are cache slots, counted from slot 0 through the left "
+                                      "padding, not from the sequence's first key")
+
+cache_sinks_in_every_split = _kv_cache_face(sinks_per_split=True)
+cache_sinks_in_every_split.__doc__ = ("each split's softmax takes the sinks, so a split-KV merge counts them "
+                                      "num_splits times")

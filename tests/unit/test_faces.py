@@ -159,6 +159,13 @@ def test_the_adapter_catches_a_varlen_right_only_at_equal_lengths():
         impl.fn(q, k, v)
 
 
+def test_the_adapter_catches_a_cache_right_only_at_equal_lengths():
+    impl = load_impl("zoo/wrong_faces.py:cache_equal_lengths_only")
+    q, k, v = _dense()
+    with pytest.raises(FaceCheckFailed, match=r"decoy sequence 3 of the cache \(n_q=5, n_k=10\) differs from the"):
+        impl.fn(q, k, v)
+
+
 def test_the_adapter_catches_a_cache_slot_it_must_not_touch():
     impl = load_impl("zoo/wrong_faces.py:cache_clears_slots_past_the_end")
     q, k, v = _dense()
