@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
+from harness.api.assertions import names
 from harness.api.explain import judge_sequence_gradients
 from harness.api.face_calls import call_face, expect_face_raised, face_output
 from harness.api.markers import checks
@@ -93,12 +94,14 @@ def _bad_packings(packed: PackedInputs, seqused_k: bool) -> list[tuple[str, str,
     cu_q, cu_k = packed.cu_seqlens_q, packed.cu_seqlens_k
     bad = [
         ("a decreasing cu_seqlens_q", "cu_seqlens_q", dict(cu_seqlens_q=cu_q[[0, 2, 1, 3]])),
+        ("a decreasing cu_seqlens_k", "cu_seqlens_k", dict(cu_seqlens_k=cu_k[[0, 2, 1, 3]])),
         ("cu_seqlens_k[-1] past the packed keys", "cu_seqlens_k",
          dict(cu_seqlens_k=np.append(cu_k[:-1], len(packed.k) + 1).astype(np.int32))),
         ("an int64 cu_seqlens_q", "cu_seqlens_q", dict(cu_seqlens_q=cu_q.astype(np.int64))),
         ("a cu_seqlens_k of batch entries, not batch + 1", "cu_seqlens", dict(cu_seqlens_k=cu_k[:-1])),
         ("a cu_seqlens_q that starts past 0", "cu_seqlens_q", dict(cu_seqlens_q=(cu_q + 1).astype(np.int32))),
         ("a max_seqlen_q below the longest sequence", "max_seqlen_q", dict(max_seqlen_q=1)),
+        ("a max_seqlen_k below the longest sequence", "max_seqlen_k", dict(max_seqlen_k=1)),
     ]
     if seqused_k:
         bad.append(("a seqused_k past its sequence's keys", "seqused_k",
@@ -119,7 +122,7 @@ def test_bad_packings_raise_errors_naming_them(variant):
         script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, 1, {}) + \
             f"\n# then: {what}"
         summary = expect_face_raised(trial, "varlen", broken.arrays, broken.keywords, problem, script, what)
-        if name not in summary:
+        if not names(summary, name):
             trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem, script=script)
 
 

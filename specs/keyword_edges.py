@@ -138,6 +138,9 @@ BAD_SCORE_MODS = {
     "sinks": (("sinks for one head too many", "p = p.replace(sinks=np.zeros(p.q.shape[1] + 1))"),
               ("a NaN sink", "p = p.replace(sinks=np.full(p.q.shape[1], np.nan))")),
     "bias": (("a bias with one key too many", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k + 1,)))"),
+             # one key short, or none where one key short would broadcast (n_k = 2)
+             ("a bias one key short", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k - 1 if p.n_k > 2 else 0,)))"),
+             ("a bias of rank 5", "p = p.replace(bias=np.zeros((1,) + p.q.shape[:3] + (p.n_k,)))"),
              ("an integer bias", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k,), dtype=np.int64))"),
              ("a NaN bias", "p = p.replace(bias=np.full(p.q.shape[:3] + (p.n_k,), np.nan))")),
 }

@@ -38,6 +38,7 @@ VALUE_STYLES = (
     "offset",  # 1e3 + N(0, 1): catches weights that do not sum to one
 )
 MASK_LAYOUTS = ("full", "query_key", "key_padding")
+SINK_STYLES = (False, True, "infinite", "dominant")  # none; finite of order 1; +inf and -inf; past log n_k
 # Beyond the seeds (specs.score_mods): a bias of shape (batch, heads, n_q, n_k), (heads, n_q, n_k) or a key bias
 # (batch, 1, 1, n_k); ALiBi slopes per head or per (batch, head). Their values are multiples of 1/8 (bias and sinks,
 # in [-4, 4]) and of 1/64 (slopes, in (0, 1]): exact in every dtype, so the oracle sees what an implementation gets.
@@ -86,7 +87,7 @@ class Recipe:
     window: tuple[int, int] | None = None  # window_size=(left, right)
     softcap: float = 0.0
     alibi: str | None = None  # an ALIBI_LAYOUTS layout of the slopes; None: no ALiBi
-    sinks: bool = False
+    sinks: bool | str = False  # True: finite sinks of order 1; "infinite": +inf and -inf; "dominant": past log n_k
 
     def __post_init__(self) -> None:
         sizes = {f: getattr(self, f) for f in ("batch", "heads", "heads_kv", "n_q", "n_k", "d", "d_v")}
@@ -107,6 +108,8 @@ class Recipe:
             raise AttentionInputError(f"unknown bias layout {self.bias!r}; one of {BIAS_LAYOUTS}")
         if self.alibi is not None and self.alibi not in ALIBI_LAYOUTS:
             raise AttentionInputError(f"unknown alibi layout {self.alibi!r}; one of {ALIBI_LAYOUTS}")
+        if self.sinks not in SINK_STYLES:
+            raise AttentionInputError(f"unknown sinks {self.sinks!r}; one of {SINK_STYLES}")
 
     def __repr__(self) -> str:
         defaults = Recipe.__dataclass_fields__
@@ -318,7 +321,12 @@ def _score_mods(rng: np.random.Generator, r: Recipe) -> dict:
     if r.alibi is not None:
         mods["alibi_slopes"] = rng.integers(1, 65, (r.heads,) if r.alibi == "heads" else (r.batch, r.heads)) / 64.0
     if r.sinks:
-        mods["sinks"] = rng.integers(-32, 33, (r.heads,)) / 8.0
+        finite = rng.integers(-32, 33, (r.heads,)) / 8.0
+        if r.sinks == "infinite":  # +inf takes every weight (output 0, log-sum-exp +inf); -inf is no sink at all
+            finite = np.where(np.arange(r.heads) % 2 == 0, np.inf, -np.inf)
+        elif r.sinks == "dominant":  # a sink whose weight outgrows every key's at this length: the output small
+            finite = np.full(r.heads, float(np.ceil(np.log(r.n_k))) + 8.0) + finite / 8
+        mods["sinks"] = finite
     return mods
 
 

@@ -138,6 +138,7 @@ SCORE_MODS_AT_LENGTH = (
     regime("alibi n=257", n_q=257, n_k=257, d=64, d_v=64, seed=2572, alibi="batch_heads", batch=2),
     regime("bias n=513", n_q=513, n_k=513, d=64, d_v=64, seed=5133, bias="full", bias_hidden=0.3),
     regime("sinks n=257", n_q=257, n_k=257, d=64, d_v=64, seed=2573, sinks=True),
+    regime("dominant sinks n=1025", n_q=1025, n_k=1025, d=64, d_v=64, seed=10253, sinks="dominant"),
     regime("window 64/16 300x700", n_q=300, n_k=700, d=64, d_v=64, seed=3001, window=(64, 16)),
     regime("window 64/0 causal 700x300", n_q=700, n_k=300, d=64, d_v=64, seed=3002, window=(64, 0), causal=True),
     regime("window 8/400 700x300", n_q=700, n_k=300, d=64, d_v=64, seed=3003, window=(8, 400)),

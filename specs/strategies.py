@@ -286,7 +286,8 @@ def with_score_mod(draw, base: st.SearchStrategy[Problem], keyword: str, compani
     """A problem of `base` rebuilt with the score modification `keyword` drawn (specs.problems.Recipe's fields), and
     each of `companions` drawn or not: windows from 0 to past the sequence on either side (-1: unbounded), shrinking
     towards (0, 0); caps between SOFTCAP_RATIOS times the problem's largest |scaled score|; slopes per head or per
-    (batch, head); biases in each layout, some with -inf entries; sinks. q, k, v and the mask are the base problem's
+    (batch, head); biases in each layout, some with -inf entries; sinks finite, infinite (+inf takes every weight, -inf
+    none) or dominant (past log n_k: their weight outgrows every key's). q, k, v and the mask are the base problem's
     (drawn first). Companions check the order the modifications compose in (a cap before the bias and ALiBi), and
     shrink away where the failure does not need them."""
     for name in (keyword, *companions):
@@ -319,4 +320,4 @@ def _score_mod_fields(draw, problem: Problem, keyword: str) -> dict:
     if keyword == "bias":
         return {"bias": draw(st.sampled_from(BIAS_LAYOUTS), label="bias"),
                 "bias_hidden": draw(st.sampled_from((0.0, 0.3)), label="bias_hidden")}
-    return {"sinks": True}
+    return {"sinks": draw(st.sampled_from((True, "infinite", "dominant")), label="sinks")}

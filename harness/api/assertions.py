@@ -8,6 +8,7 @@ array-api-tests' assertion helpers do for their own checks).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,13 @@ def compare(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what
         allowance_line(allowance, worst, expected.shape, what=what),
     )
     return Comparison(float(badness[worst]), details)
+
+
+def names(text: str, keyword: str) -> bool:
+    """Whether an error's `text` names `keyword` as a word of its own: not inside a longer name (bias inside
+    alibi_bias, scale inside rescale), though a keyword of a family (cu_seqlens) may head one of its members
+    (cu_seqlens_k)."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(keyword)}(?![A-Za-z0-9])", text) is not None
 
 
 def assert_within(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what: str = "out",
