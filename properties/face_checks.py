@@ -69,6 +69,9 @@ def check_sequence(trial: Trial, b: int, got: np.ndarray, lse: object, exact: tu
     try:
         bound = lse_allowance(*exact, dtype=trial.dtype, oracle=oracle, **kwargs)
     except ToleranceUndefined:
-        return
+        # the naive log-sum-exp overflows in this dtype: nothing to scale the bound by, so the example is not
+        # counted as checked (as the dense log-sum-exp check does); a property that could rarely judge fails
+        # Hypothesis's health check instead of passing unchecked
+        reject()
     trial.expect_close(np.where(infinite, 0.0, lse), np.where(infinite, 0.0, oracle.lse), bound,
                        what=f"lse of sequence {b}", problem=problem, script=script)
