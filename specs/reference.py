@@ -12,8 +12,10 @@ rounds the one and chooses the accumulator of the other (specs.dtypes.accumulato
 Conventions (recorded as claims in specs/claims.toml):
 - scale=None means 1/sqrt(d);
 - causal top-left: query i sees keys j <= i; bottom-right: j <= i + n_k - n_q;
-- a row with no visible key (fully masked) has zero weights, zero output and
-  log-sum-exp -inf, as FlashAttention and current PyTorch do;
+- a row with no visible key (fully masked) has zero weights and zero output, as
+  FlashAttention and current PyTorch do, and log-sum-exp -inf, the log of an empty
+  sum (FlashAttention's kernels return +inf there: the documented deviation
+  keyless-lse-plus-inf of specs.deviations);
 - query head h reads kv head h // (heads // heads_kv) (MQA / GQA).
 """
 

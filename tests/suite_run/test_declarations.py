@@ -38,6 +38,19 @@ def test_the_explained_failure_is_expected(tmp_path):
     assert run.returncode == 0, run.output[-3000:]
 
 
+def test_a_flash_attention_wrapper_declares_its_two_lse_conventions_and_passes_the_rest(tmp_path):
+    """FlashAttention's log-sum-exp of a row with no key (+inf) and under causal ALiBi (shifted by
+    slope * (i + n_k - n_q)), each a documented deviation declared on the claims it fails; every other claim
+    passes, so the run exits 0."""
+    _, run = _declared_run("flash_attention_wrapper", tmp_path, "properties", "interpretations",
+                                "--long-regimes", "no", "--isolate", "no")
+    declared = {v["claim"]: v for v in run.report["verdicts"] if v["status"] == "fail" and v["expected"]}
+    assert {"fully-masked-rows-zero", "lse-keyword-domain", "alibi-is-a-distance-bias"} <= set(declared)
+    assert "keyless-lse-plus-inf" in declared["lse-keyword-domain"]["detail"], declared["lse-keyword-domain"]
+    assert "causal-alibi-lse-shift" in declared["alibi-is-a-distance-bias"]["detail"]
+    assert run.returncode == 0, run.output[-3000:]
+
+
 @pytest.mark.parametrize("name", ["declares_other_dtype", "declares_other_deviation"])
 def test_a_failure_outside_the_declaration_is_unexpected(name, tmp_path):
     """A masking bug (mask applied after the softmax) under a declaration of another dtype, or of a deviation that
