@@ -121,6 +121,96 @@ def test_the_gemma2_adapter_maps_the_window_bottom_right(window_size, causal):
     assert np.abs(other.out - out).max() > 1e-3  # the test tells the two alignments apart
 
 
+HF_RECORDS = ("llama_eager", "gemma2_eager", "gpt_oss_eager", "hf_sdpa")
+# (heads, heads_kv, n_q, n_k): grouped heads, a decode step (sdpa packs the groups of a single query), n_q > n_k
+HF_SHAPES = ((4, 2, 5, 9), (4, 2, 1, 9), (2, 1, 7, 4))
+
+
+def _hf(name: str, q, k, v, **keywords) -> np.ndarray:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from impls.peers import hf_attention
+
+    tensors = {key: torch.from_numpy(x) if isinstance(x, np.ndarray) else x for key, x in keywords.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return getattr(hf_attention, name)(*(torch.from_numpy(x) for x in (q, k, v)), **tensors).numpy()
+
+
+def _seen_problem(shape: tuple[int, int, int, int], seed: int, causal: bool):
+    """q, k, v, a mask and a bias of the shape, where every row sees a key under the mask, the bias' -inf
+    entries and causal (bottom-right); a row that sees none is a finding of its own."""
+    heads, heads_kv, n_q, n_k = shape
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(s) for s in ((2, heads, n_q, 8), (2, heads_kv, n_k, 8), (2, heads_kv, n_k, 8)))
+    mask = rng.random((2, 1, n_q, n_k)) > 0.3
+    bias = rng.integers(-32, 33, (2, heads, n_q, n_k)) / 8.0
+    bias[..., ::2, 0] = -np.inf
+    rows, diagonal = _reached_rows(n_q, n_k, causal)
+    mask[..., rows, diagonal] = True  # the bottom-right diagonal: within causal's reach, never the bias' -inf
+    bias[..., rows, diagonal] = np.where(diagonal == 0, 1.0, bias[..., rows, diagonal])
+    return (q, k, v), mask, bias
+
+
+def _reached_rows(n_q: int, n_k: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that may see a key (under causal, bottom-right, those at or past n_q - n_k) and, for each, the key on
+    its diagonal (clipped to the keys)."""
+    diagonal = np.clip(np.arange(n_q) + n_k - n_q, 0 if not causal else -1, n_k - 1)
+    rows = np.flatnonzero(diagonal >= 0)
+    return rows, diagonal[rows]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", HF_SHAPES, ids=str)
+@pytest.mark.parametrize("layout", ["full", "heads", "keys"])
+@pytest.mark.parametrize("name", HF_RECORDS)
+def test_the_hf_adapters_map_the_bias_and_mask_as_the_oracle_reads_them(name, layout, shape, causal):
+    """Each transformers function takes the protocol's bias (batch, heads, n_q, n_k), (heads, n_q, n_k) or
+    (batch, 1, 1, n_k), with -inf entries, beside a mask and causal: the eager functions in their additive mask, the
+    sdpa integration as its position_bias. To 1e-6: the eager softmax runs in float32
+    (docs/findings/hf_eager_float32_softmax_under_float64.py)."""
+    (q, k, v), mask, bias = _seen_problem(shape, seed=len(layout) + shape[2], causal=causal)
+    bias = {"full": bias, "heads": bias[0], "keys": np.where(np.isinf(bias[:, :1, :1]), 0.0, bias[:, :1, :1])}[layout]
+    expected = attention(q, k, v, causal=causal, causal_alignment="bottom_right", mask=mask, bias=bias)
+    rows, _ = _reached_rows(shape[2], shape[3], causal)  # under causal with n_q > n_k, the first rows see no key
+    got = _hf(name, q, k, v, causal=causal, mask=mask, bias=bias)
+    np.testing.assert_allclose(got[:, :, rows], expected.out[:, :, rows], atol=1e-6)
+    if layout != "keys":  # the bias moves the answer, so the comparison above sees it
+        unbiased = attention(q, k, v, causal=causal, causal_alignment="bottom_right", mask=mask)
+        assert np.abs(unbiased.out[:, :, rows] - got[:, :, rows]).max() > 1e-3
+
+
+@pytest.mark.parametrize("shape", HF_SHAPES, ids=str)
+@pytest.mark.parametrize("softcap", [0.7, 3.0, -1.0])
+def test_the_gemma2_adapter_maps_the_softcap(softcap, shape):
+    """gemma2's softcap (None: no cap) from the protocol's (0 or negative: none), before the bias."""
+    (q, k, v), mask, bias = _seen_problem(shape, seed=9, causal=False)
+    expected = attention(q, k, v, mask=mask, bias=bias, softcap=softcap)
+    np.testing.assert_allclose(_hf("gemma2_eager", q, k, v, mask=mask, bias=bias, softcap=softcap), expected.out,
+                               atol=1e-6)
+    if softcap > 0:
+        assert np.abs(attention(q, k, v, mask=mask, bias=bias).out - expected.out).max() > 1e-3
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", HF_SHAPES[:2], ids=str)
+@pytest.mark.parametrize("sinks", [[0.5, -2.0, 1.25, 0.0], [-np.inf, 0.5, -np.inf, 3.0], [12.0, 13.0, 14.0, 12.5]],
+                         ids=["finite", "minus-inf", "dominant"])
+def test_the_gpt_oss_adapter_maps_the_sinks(sinks, shape, causal):
+    """gpt-oss' sinks (the module's parameter, one per head; -inf is no sink, and no sinks at all is -inf each),
+    each row's softmax denominator taking them: finite, -inf, and past log n_k so that they take most of the
+    weight. A sink of +inf is a finding of its own (transformers' max-shift makes it NaN)."""
+    (q, k, v), mask, bias = _seen_problem(shape, seed=11, causal=causal)
+    sinks = np.asarray(sinks)
+    expected = attention(q, k, v, causal=causal, causal_alignment="bottom_right", mask=mask, bias=bias, sinks=sinks)
+    got = _hf("gpt_oss_eager", q, k, v, causal=causal, mask=mask, bias=bias, sinks=sinks)
+    np.testing.assert_allclose(got, expected.out, atol=1e-6)
+    none = attention(q, k, v, causal=causal, causal_alignment="bottom_right", mask=mask, bias=bias)
+    np.testing.assert_allclose(_hf("gpt_oss_eager", q, k, v, causal=causal, mask=mask, bias=bias), none.out,
+                               atol=1e-6)
+    assert np.abs(none.out - got).max() > 1e-3  # the sinks move the answer
+
+
 @pytest.mark.parametrize("keywords", [dict(), dict(causal=True), dict(window_size=(1, 2), softcap=2.0, scale=0.3)],
                          ids=str)
 def test_the_flex_varlen_adapter_is_a_document_mask(keywords):
@@ -170,6 +260,27 @@ def test_the_numpy_peers_adapters_map_every_keyword_they_take(target, causal):
     out = impl.fn(q, k, v, causal=causal, **keywords)
     expected = attention(q, k, v, causal=causal, causal_alignment="top_left", **keywords)
     np.testing.assert_allclose(np.asarray(out, dtype=np.float64), expected.out, atol=1e-6)
+
+
+@pytest.mark.parametrize("window_size", [(-1, -1), (-1, 0), (-1, 1), (7, -1), (8, -1)], ids=str)
+def test_the_jax_window_adapter_leaves_an_unbounded_side_unbounded_at_every_distance(window_size):
+    """n_q = 10 queries on n_k = 3 keys (top-left, as jax aligns): query 9 is 9 keys past the last one, further than
+    n_k; an unbounded side must reach it, dense and varlen (a side mapped to n_k cut rows 4-9 short). A bounded
+    left side of 7 or 8 leaves every row a key (a row with none is the fully-masked-row finding)."""
+    impl = load_impl("impls.peers.jax_nn:jax_dot_product_attention")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((2, 2, 10, 8)), rng.standard_normal((2, 2, 3, 8)), rng.standard_normal((2, 2, 3, 8))
+    expected = attention(q, k, v, causal_alignment="top_left", window_size=window_size)
+    assert np.isfinite(expected.out).all() and not np.all(expected.out == 0, axis=-1).any()
+    np.testing.assert_allclose(np.asarray(impl.fn(q, k, v, window_size=window_size), np.float64), expected.out,
+                               atol=1e-6)
+    packed = pack_sequences(q, k, v, [10, 9], [3, 3], tail=2)
+    out = impl.face("varlen")(*packed.arrays, **packed.keywords, window_size=window_size)
+    expected_out, _ = varlen_attention(packed.q, packed.k, packed.v, packed.packing(), causal_alignment="top_left",
+                                       window_size=window_size)
+    np.testing.assert_allclose(out, expected_out, atol=1e-6)
 
 
 @pytest.mark.parametrize("keywords", [dict(), dict(causal=True, scale=0.5), dict(window_size=(1, 2))], ids=str)
