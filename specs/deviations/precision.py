@@ -11,7 +11,9 @@ from specs.deviations.base import Deviation
 from specs.dtypes import accumulator
 from specs.gradients import attention_backward, sum_groups
 from specs.reference import matmul, repeat_kv
+from specs.score_mods import alignment_offset, modify_scores
 from specs.tolerance import unit_roundoff
+from specs.validation import check_shapes
 
 
 class Float32Softmax(Deviation):
@@ -35,9 +37,10 @@ class Float32Result(Float32Softmax):
 
 class ScoresRoundedBeforeSoftmax(Deviation):
     name = "scores-rounded-before-softmax"
-    summary = ("in half precision the scaled scores (plus mask and bias) are rounded to the dtype before a float32 "
-               "softmax, whose weights are rounded again before P V: judged against that formula's own error in the "
-               "dtype (K x the naive error, as every implementation is)")
+    summary = ("in half precision q k^T is rounded to the dtype, then scaled by the scale as a float32 number (a "
+               "tensor times a Python float) and rounded again, modified (cap, bias, each step rounded) before a "
+               "float32 softmax, whose weights are rounded again before P V: judged against that formula's own "
+               "error in the dtype (K x the naive error, as every implementation is)")
 
     def explains_everything(self, dtype: str) -> bool:
         return dtype in ("float16", "bfloat16")
@@ -46,7 +49,15 @@ class ScoresRoundedBeforeSoftmax(Deviation):
         dtype = result.out.dtype
         if dtype.name not in ("float16", "bfloat16") or result.mods.sinks is not None:
             return result
-        scores = result.scores.astype(dtype)  # the naive formula's scores, each rounded to the dtype
+        shape = check_shapes(q, k, v, finite=False)
+        products = matmul(q.astype(dtype), repeat_kv(k.astype(dtype), shape.group).swapaxes(-1, -2)).astype(dtype)
+        scores = (products.astype(np.float32) * np.float32(result.scale)).astype(dtype)  # the scale not rounded
+        if result.mods.any:
+            offset = alignment_offset(shape, keywords.get("causal_alignment", "top_left"))
+            with np.errstate(invalid="ignore"):
+                scores = modify_scores(scores, result.mods, shape, offset)
+        if result.allowed is not None:
+            scores = np.where(result.allowed, scores, dtype.type(-np.inf))
         inside = scores.astype(np.float32)
         top = inside.max(axis=-1, keepdims=True)
         e = np.exp(inside - np.where(np.isfinite(top), top, np.float32(0)))
