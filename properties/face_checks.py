@@ -3,6 +3,8 @@ sequence's output and log-sum-exp against its own dense attention (issue 22)."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 from hypothesis import reject
 from hypothesis import strategies as st
@@ -21,14 +23,16 @@ MODS = ("window_size", "softcap", "alibi_slopes", "sinks")  # the modifications 
 
 
 @st.composite
-def source_problems(draw, variant: Variant, *, max_batch: int, max_n: int) -> Problem:
+def source_problems(draw, variant: Variant, face: str, *, max_batch: int, max_n: int) -> Problem:
     """A dense problem to cut sequences from: batch up to max_batch, lengths up to max_n, causal where the
-    implementation takes it (rows with no key kept), and one of its modifications or none."""
+    implementation takes it (rows with no key kept), and one of the modifications its `face` takes, or none (a face
+    may take fewer than the dense one: its own signature says which)."""
     caps = variant.capabilities
     causal = caps.causal and draw(st.booleans(), label="causal")
     base = problems_for(variant, causal=causal, empty_rows=True, max_batch=max_batch, max_n=max_n,
                         score_styles=("normal", "integers", "spiky", "large"))
-    mods = [m for m in MODS if getattr(caps, m)]
+    takes = inspect.signature(variant.impl.face(face)).parameters
+    mods = [m for m in MODS if getattr(caps, m) and m in takes]
     keyword = draw(st.sampled_from([None, *mods]), label="modification")
     return draw(with_score_mod(base, keyword) if keyword else base)
 

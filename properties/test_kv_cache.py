@@ -95,7 +95,7 @@ def check_decode_step(trial: Trial, plan: dict, extra: dict) -> None:
 @pytest.mark.requires("kvcache")
 @given(data=st.data())
 def test_decode_step_appends_then_attends(variant, data):
-    problem = data.draw(source_problems(variant, max_batch=6, max_n=40), label="problem")
+    problem = data.draw(source_problems(variant, "kvcache", max_batch=6, max_n=40), label="problem")
     plan = data.draw(cache_plans(variant, problem), label="cache")
     splits = {"num_splits": data.draw(st.integers(1, 16), label="num_splits")} if variant.capabilities.num_splits \
         else {}
@@ -106,7 +106,7 @@ def test_decode_step_appends_then_attends(variant, data):
 @pytest.mark.requires("kvcache", "num_splits")
 @given(data=st.data())
 def test_every_num_splits_gives_the_same_attention(variant, data):
-    problem = data.draw(source_problems(variant, max_batch=3, max_n=40), label="problem")
+    problem = data.draw(source_problems(variant, "kvcache", max_batch=3, max_n=40), label="problem")
     plan = data.draw(cache_plans(variant, problem), label="cache")
     trial = Trial(variant, problem)
     for splits in (1, *data.draw(st.lists(st.integers(2, 16), min_size=1, max_size=3, unique=True),

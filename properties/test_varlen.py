@@ -43,7 +43,7 @@ def _script(target: str, tensors: str, lengths_q: list[int], lengths_k: list[int
 def _check_each_sequence(variant, data, fill: str) -> None:
     """A pack of up to 16 sequences of very unequal lengths, its unused positions filled with `fill`: each
     sequence's output and log-sum-exp against its own dense attention (properties.face_checks.check_sequence)."""
-    problem = data.draw(source_problems(variant, max_batch=16, max_n=40), label="problem")
+    problem = data.draw(source_problems(variant, "varlen", max_batch=16, max_n=40), label="problem")
     batch, n_q, n_k = problem.q.shape[0], problem.n_q, problem.n_k
     length = st.one_of(st.sampled_from((0, 1)), st.integers(0, 40))
     lengths_q = [min(n, n_q) for n in data.draw(st.lists(length, min_size=batch, max_size=batch), label="lengths_q")]
@@ -133,7 +133,7 @@ def test_each_packed_sequence_has_its_own_gradients(variant, data):
     """dQ, dK, dV of a pack of up to 16 sequences of unequal lengths: each sequence's rows equal the gradients of
     its own dense attention within the gradient tolerance, and rows no sequence uses (past cu_seqlens[-1], keys
     past seqused_k, finite garbage) get gradient exactly 0 (varlen backward NaN: flash-attention #752, #1947)."""
-    problem = data.draw(source_problems(variant, max_batch=16, max_n=24), label="problem")
+    problem = data.draw(source_problems(variant, "varlen", max_batch=16, max_n=24), label="problem")
     batch, n_q, n_k = problem.q.shape[0], problem.n_q, problem.n_k
     caps = variant.capabilities
     smallest = 0 if caps.empty_sequences else 1

@@ -10,7 +10,7 @@ from hypothesis.errors import Unsatisfiable
 
 from harness.api.evidence import PropertyViolation
 from harness.api.trial import Trial
-from properties.face_checks import check_sequence
+from properties.face_checks import check_sequence, source_problems
 from protocol.registry import Variant, load_impl
 from specs.problems import build
 from specs.reference import attention
@@ -45,3 +45,18 @@ def test_a_bounded_lse_is_judged():
     check_sequence(trial, 0, oracle.out, oracle.lse, exact, problem, "out = fn(q, k, v)")
     with pytest.raises(PropertyViolation, match="lse of sequence 0"):
         check_sequence(trial, 0, oracle.out, oracle.lse + 0.5, exact, problem, "out = fn(q, k, v)")
+
+
+def test_a_face_is_drawn_only_the_modifications_its_own_signature_takes():
+    """The dense face takes alibi_slopes and window_size, the varlen face window_size only: a varlen problem
+    draws the window, never ALiBi (which that face would reject as an unknown keyword)."""
+    variant = Variant(load_impl("tests.fixtures.face_impls:dense_with_alibi"), "float64")
+    drawn = set()
+
+    @settings(max_examples=60, database=None, derandomize=True)
+    @given(source_problems(variant, "varlen", max_batch=2, max_n=6))
+    def collect(problem):
+        drawn.update(name for name in ("window_size", "alibi_slopes") if name in problem.kwargs())
+
+    collect()
+    assert drawn == {"window_size"}
