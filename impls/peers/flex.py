@@ -35,6 +35,8 @@ raised and made an error.
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 import warnings
 from typing import NamedTuple
 
@@ -209,7 +211,10 @@ flex_eager.attention_varlen = flex_eager_varlen
 @functools.cache
 def compiled_flex_attention():
     """torch.compile(flex_attention, dynamic=False), once per process (a kernel per shape); past Dynamo's recompile
-    limit torch would run the eager path in its place, so the limit is raised and reaching it made an error."""
+    limit torch would run the eager path in its place, so the limit is raised and reaching it made an error. Each
+    process compiles into a cache directory of its own (unless TORCHINDUCTOR_CACHE_DIR names one): two test workers
+    sharing /tmp/torchinductor_<user> raced on one kernel's .so, one loading it half written ("file too short")."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="torchinductor-"))
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
