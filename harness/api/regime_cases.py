@@ -40,5 +40,3 @@ def long_regimes_wanted(option: str, impls_named: bool) -> bool:
     """Whether long regimes run: `yes`, `no`, or `auto` (with --impl)."""
     return option == "yes" or (option == "auto" and impls_named)
 
-
-LONG_SKIP_REASON = "long regime (n >= 1025 or d = 256): runs with --impl, or --long-regimes=yes (tox -e long)"

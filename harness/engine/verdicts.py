@@ -112,20 +112,21 @@ class RunState:
 
 
 def blame(slugs: tuple[str, ...], prop: str,
-          failures: list[tuple[str | None, str, bool]]) -> dict[str, Outcome]:
+          failures: list[tuple[str | None, str]]) -> dict[str, Outcome]:
     """One failed outcome per claim the failures belong to. `failures` holds (claim named by the failure or None,
-    message, whether it was raised as a refuted seed sentence's): a failure naming one of `slugs` is that claim's
-    alone. A claim's outcome is expected only when each of its failures is a refutation of it (declared deviations
-    never raise: their examples are `declared_outcomes`)."""
-    blamed: dict[str, list[tuple[str, bool]]] = {}
-    for claim, message, declared in failures:
+    message): a failure naming one of `slugs` is that claim's alone. A claim's outcome is expected only when each
+    of its failures is the catalogue's refutation of it, a seed sentence false as written, whether the property
+    raised it through harness.api.trial or asserted it itself (declared deviations never raise: their examples
+    are `declared_outcomes`)."""
+    blamed: dict[str, list[str]] = {}
+    for claim, message in failures:
         for slug in ((claim,) if claim in slugs else slugs):
-            blamed.setdefault(slug, []).append((message, declared))
+            blamed.setdefault(slug, []).append(message)
     outcomes = {}
-    for slug, items in blamed.items():
-        reasons = [refuted(slug, message) if declared else None for message, declared in items]
+    for slug, messages in blamed.items():
+        reasons = [refuted(slug, message) for message in messages]
         outcome = Outcome("fail", "", prop, expected=all(reasons),
-                          undeclared=[m for (m, _), reason in zip(items, reasons, strict=True) if not reason])
+                          undeclared=[m for m, reason in zip(messages, reasons, strict=True) if not reason])
         if outcome.expected:
             outcome.why = reasons[0].why
         outcomes[slug] = outcome
@@ -179,9 +180,12 @@ def _short(name: str) -> str:
     return name.rpartition("::")[2]
 
 
+LONG_SKIP_REASON = "long regime (n >= 1025 or d = 256): runs with --impl, or --long-regimes=yes (tox -e long)"
+
+
 def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
-    """Declarations whose claim's properties all ran on their dtype, at least one not skipped, and whose deviation
-    explained no failing example."""
+    """Declarations whose claim's properties all ran on their dtype, at least one not skipped and none skipped as a
+    long regime (the one where the deviation may fire), and whose deviation explained no failing example."""
     uncaught = []
     for variant in state.variants:
         for index, scope in enumerate(variant.impl.known_defects):
@@ -194,7 +198,8 @@ def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
             named = {_short(p) for p in state.registered.get(scope.claim, ())}
             collected = {_short(p) for p in state.collected.get((scope.claim, variant.name), ())}
             ran = [o for o in outcomes if o.prop in named and o.status != "skip"]
-            if named <= collected and ran:
+            long_skipped = any(o.status == "skip" and LONG_SKIP_REASON in o.detail for o in outcomes)
+            if named <= collected and ran and not long_skipped:
                 uncaught.append((variant, scope.describe()))
     return uncaught
 

@@ -28,12 +28,13 @@ import time
 import pytest
 from hypothesis import settings
 
-from harness.api.evidence import DeclaredViolation, PropertyViolation
+from harness.api.evidence import PropertyViolation
 from harness.api.markers import ORACLE, PROPERTIES
-from harness.api.regime_cases import LONG_MARKER, LONG_SKIP_REASON, long_regimes_wanted
+from harness.api.regime_cases import LONG_MARKER, long_regimes_wanted
 from harness.engine import run_context
 from harness.engine.declarations import RUNNING, RunningCheck
 from harness.engine.verdicts import (
+    LONG_SKIP_REASON,
     USER_PROPERTY,
     Contribution,
     Outcome,
@@ -297,8 +298,7 @@ def _failure_outcomes(item: pytest.Item, call: pytest.CallInfo, report: pytest.T
     else:
         detail = call.excinfo.exconly()[:2000] if call.excinfo else report.longreprtext[-2000:]
         counterexample = _falsifying_example(report.longreprtext)
-    messages = [(getattr(f, "claim", None), _message(f), isinstance(f, DeclaredViolation)) for f in failures] \
-        or [(None, detail, False)]
+    messages = [(getattr(f, "claim", None), _message(f)) for f in failures] or [(None, detail)]
     outcomes = blame(slugs, item.originalname, messages)
     report.sections.append(("claim", _claim_section(state, tuple(outcomes))))
     running = item.stash.get(RUNNING_CHECK, None)
