@@ -10,7 +10,8 @@ mask does, so dS is unchanged; a sink joins the normaliser and P excludes it, so
 still holds; softcap multiplies dS by its derivative 1 - tanh^2(scale q.k / softcap) before dQ and dK.
 The bias is added after the cap, so dBias is dS before that derivative, summed over the axes the bias is broadcast
 along; a sink s_h enters only through each row's normaliser, so dO_i/ds_h = -pi_i O_i with pi_i = exp(s_h - LSE_i)
-its weight, and dSinks_h = -sum over batch and rows of pi_i rowsum(dO * O)_i.
+its weight, and dSinks_h = -sum over batch and rows of pi_i rowsum(dO * O)_i (a sink of +inf: pi_i = 1 and
+O_i = 0, the derivative's limit; of -inf: pi_i = 0).
 """
 
 from __future__ import annotations
@@ -80,9 +81,17 @@ def score_mod_gradients(q, k, v, d_out, *, model: Callable[..., AttentionResult]
                                         np.shape(kwargs["bias"]))
     if kwargs.get("sinks") is not None:
         sinks = result.mods.sinks.astype(result.lse.dtype)
-        sink_weight = np.exp(sinks[None, :, None] - result.lse)  # a sink makes every LSE finite
-        grads["sinks"] = -(sink_weight * np.sum(d_out * result.out, axis=-1)).sum(axis=(0, 2))
+        grads["sinks"] = -(sink_weights(sinks, result.lse) * np.sum(d_out * result.out, axis=-1)).sum(axis=(0, 2))
     return grads
+
+
+def sink_weights(sinks: np.ndarray, lse: np.ndarray) -> np.ndarray:
+    """Each row's sink weight pi_i = exp(s_h - LSE_i), (batch, heads, n_q), for sinks (heads,) and the LSE
+    (batch, heads, n_q): a finite sink makes its rows' LSE finite; a sink of +inf takes every weight (pi_i = 1,
+    the limit, where LSE_i is +inf too), one of -inf none (pi_i = 0, also where LSE_i is -inf)."""
+    sink = sinks[None, :, None]
+    with np.errstate(invalid="ignore"):  # inf - inf, where the limit replaces it
+        return np.where(np.isinf(sink), (sink > 0).astype(lse.dtype), np.exp(sink - lse))
 
 
 def complex_step_derivative(q, k, v, directions, *, step: float = 1e-30, scale: float | None = None,

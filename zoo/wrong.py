@@ -560,6 +560,29 @@ def sink_given_a_value(q, k, v, *, scale=None, causal=False, mask=None, sinks=No
     return _modified(q, k, v, scale, causal, mask, sinks=sinks, sink_value=lambda v: v[:, :, :1])
 
 
+def sink_rescaled_unguarded(q, k, v, *, scale=None, causal=False, mask=None, sinks=None):
+    """Online softmax one key at a time, its running maximum started at the sink and rescaled by exp(m - m_new)
+    unguarded: right for every finite sink, but a sink of +inf gives exp(inf - inf) = NaN where the output is 0."""
+    heads, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
+    k, v = _expand(k, heads), _expand(v, heads)
+    scores = q @ k.swapaxes(-1, -2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    visible = _visible(n_q, n_k, causal, mask, scores.shape)
+    scores = scores if visible is None else np.where(visible, scores, -np.inf)
+    start = -np.inf if sinks is None else np.asarray(sinks, np.float64)[None, :, None]
+    top = np.broadcast_to(start, scores.shape[:3]).copy()
+    total = np.where(np.isneginf(top), 0.0, 1.0)
+    acc = np.zeros(scores.shape[:3] + (v.shape[-1],))
+    with np.errstate(invalid="ignore"):
+        for j in range(n_k):
+            new_top = np.maximum(top, scores[..., j])
+            shift = np.where(np.isneginf(new_top), 0.0, new_top)
+            rescale, weight = np.exp(top - shift), np.exp(scores[..., j] - shift)
+            total = total * rescale + weight
+            acc = acc * rescale[..., None] + weight[..., None] * v[:, :, None, j]
+            top = new_top
+    return acc / np.where(total > 0, total, 1.0)[..., None]
+
+
 def sinks_ignored(q, k, v, *, scale=None, causal=False, mask=None, sinks=None):
     """Takes the sinks keyword and leaves the sinks out of the softmax."""
     return _modified(q, k, v, scale, causal, mask)

@@ -250,7 +250,8 @@ def _forward_rows(plan: _Plan, qs, keys, values, sink, out, lse, rows: slice) ->
         new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
         shift = new_max.masked_fill(new_max == -math.inf, 0.0)  # no visible key yet: exp(-inf - 0) = 0
         weights = scores.sub_(shift).exp2_()
-        rescale = torch.exp2(row_max - shift)
+        # an unchanged maximum keeps the running sums as they are, also at +inf (a sink of +inf: inf - inf)
+        rescale = torch.where(new_max == row_max, 1.0, torch.exp2(row_max - shift)).to(plan.compute_dtype)
         row_sum.mul_(rescale).add_(weights.sum(dim=-1, keepdim=True))
         row_max = new_max
         dropped = plan.dropout_scale(rows, cols)
@@ -304,7 +305,8 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
     d_q = d_q.mul_(plan.scale).view(plan.batch, plan.heads, plan.n_q, plan.d)
     d_sinks = None
     if plan.sinks is not None:
-        sink_weight = torch.exp2(_sink_logits(plan)[..., 0] - lse_safe[..., 0])  # pi_i; LSE is finite with a sink
+        sink_logit = _sink_logits(plan)[..., 0]  # pi_i = exp(sink - LSE_i); a sink of +inf is its LSE, pi_i = 1
+        sink_weight = torch.where(sink_logit == lse_safe[..., 0], 1.0, torch.exp2(sink_logit - lse_safe[..., 0]))
         d_sinks = -plan.per_head(sink_weight * row_dot[..., 0]).sum(dim=(0, 2))
     return (d_q.to(q.dtype), _sum_groups(d_k, plan).to(k.dtype), _sum_groups(d_v, plan).to(v.dtype),
             d_bias, d_sinks)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specs.dtypes import finfo, numpy_dtype
-from specs.gradients import attention_backward, reduce_to_shape, score_mod_gradients, sum_groups
+from specs.gradients import attention_backward, reduce_to_shape, score_mod_gradients, sink_weights, sum_groups
 from specs.memo import Memo
 from specs.reference import AttentionResult, attention, repeat_kv
 from specs.tolerance.model import (
@@ -92,7 +92,7 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
         mod_magnitudes["bias"] = reduce_to_shape(d_s, bias_shape)
         mod_errors["bias"] = reduce_to_shape(e_ds, bias_shape) + gamma(summed) * mod_magnitudes["bias"]
     if result.mods.sinks is not None:
-        weight = np.exp(result.mods.sinks[None, :, None] - result.lse)  # pi_i: a sink makes every LSE finite
+        weight = sink_weights(result.mods.sinks, result.lse)  # pi_i
         sink_terms = weight * np.abs(row_dot[..., 0])
         mod_magnitudes["sinks"] = sink_terms.sum(axis=(0, 2))
         mod_errors["sinks"] = ((relative[..., 0] * sink_terms + weight * e_d[..., 0]).sum(axis=(0, 2))

@@ -230,3 +230,18 @@ def test_dbias_and_dsinks_match_central_differences(layout, mods):
         numeric = (loss(step) - loss(-step)) / (2 * step)
         assert abs(np.sum(grad * direction) - numeric) <= 1e-7 * max(1.0, abs(numeric)), name
 
+
+
+def test_dsinks_at_infinite_sinks_is_the_limit_of_finite_ones():
+    """A sink of +inf takes every weight (pi = 1, O = 0) and one of -inf none (pi = 0): dSinks is the limit of
+    dSinks at sinks growing without bound either way, also in a row that sees no key (its LSE -inf or +inf), where
+    exp(sink - LSE) alone is inf - inf."""
+    q, k, v = qkv(4, 6)
+    d_out = RNG.normal(size=(2, 4, 4, 3))
+    mask = np.ones((4, 6), dtype=bool)
+    mask[2] = False  # row 2 sees no key
+    infinite = np.array([np.inf, -np.inf, np.inf, -np.inf])
+    at_infinity = score_mod_gradients(q, k, v, d_out, mask=mask, sinks=infinite)["sinks"]
+    near = score_mod_gradients(q, k, v, d_out, mask=mask, sinks=np.sign(infinite) * 60.0)["sinks"]
+    assert np.all(np.isfinite(at_infinity))
+    np.testing.assert_allclose(at_infinity, near, atol=1e-20)
