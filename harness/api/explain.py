@@ -310,7 +310,7 @@ def poisoned_prediction(trial, problem, extra, call: Call, out, deviations) -> l
         return None
     reference = call.oracle
     judged = _Judged("out", out.astype(np.float64), reference.out, reference.out,
-                     allowance.bound + _extra(deviations, call, "out", out.shape))
+                     allowance.bound + _extra(deviations, clean_call, "out", out.shape))
     judged.free = ~np.isfinite(reference.out)  # a row that sees the poison: its own claims judge it
     _explain_each([judged], deviations, call, keywords, trial.variant.dtype, None)
     return [judged]

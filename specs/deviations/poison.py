@@ -162,7 +162,8 @@ class HiddenNonFiniteGradients(Deviation):
     parameters: ClassVar[dict[str, str]] = {
         "gradients": "which of dq, dk, dv it reaches (dk and dv: every element of the kv head)",
         "rows": "'every-row' (default), or 'key-tiles': only the rows of query tiles whose key range holds the key "
-                "(a tiled backward never reads keys past every row's causal horizon or outside the window)",
+                "(a tiled backward never reads keys past every row's causal horizon or outside the window), and "
+                "dk and dv only where some tile reads it",
         "block_rows": "the query tile's rows, with rows = 'key-tiles'",
         "block_keyword": "the tile keyword that sets them when the call passes it"}
 
@@ -206,11 +207,12 @@ class HiddenNonFiniteGradients(Deviation):
         if not (bad_k.any() or bad_v.any()):
             return {}
         reached = {}
+        reading = self._reading(call)  # (n_q, n_k)
         if "dq" in self.gradients:
-            reading = self._reading(call)  # (n_q, n_k)
             per_head = repeat_kv(bad_k, call.group)  # (batch, heads, n_k, d)
             reached["dq"] = np.einsum("ij,bhjc->bhic", reading.astype(float), per_head.astype(float)) > 0
-        heads = (bad_k.any(axis=(2, 3)) | bad_v.any(axis=(2, 3)))[:, :, None, None]
+        read = reading.any(axis=0)[None, None, :, None]  # keys some query tile reads: only they reach the forward
+        heads = ((bad_k & read).any(axis=(2, 3)) | (bad_v & read).any(axis=(2, 3)))[:, :, None, None]
         for name, array in (("dk", call.k), ("dv", call.v)):
             if name in self.gradients:
                 reached[name] = np.broadcast_to(heads, array.shape).copy()

@@ -81,6 +81,10 @@ CASES = {
                                     build(n_q=3, n_k=10, d=4, seed=6), "float64", {"block_cols": 4}, None),
     "exp-without-max-shift": ("exp_ratio", {"deviation": "exp-without-max-shift"},
                               build(heads=2, n_q=4, n_k=5, d=8, seed=7, score_style="large"), "float64", {}, None),
+    # a visible NaN in one value column: the overflowed row's other columns are the deviation's, that one the oracle's
+    "exp-without-max-shift beside a NaN": ("exp_ratio", {"deviation": "exp-without-max-shift"},
+                                           _poisoned(build(n_q=2, n_k=2, d=2, d_v=2, seed=5, score_style="large"),
+                                                     values=[(0, 0, 0, 0)]), "float64", {}, None),
     "scores-overflow-dtype": ("scores_in_float16", {"deviation": "scores-overflow-dtype"},
                               build(heads=2, n_q=5, n_k=5, seed=0, score_style="huge"), "float16", {}, None),
     "hidden-nonfinite-reaches-rows": ("additive_mask", {"deviation": "hidden-nonfinite-reaches-rows",
