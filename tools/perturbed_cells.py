@@ -25,7 +25,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-REFUTED = "the seed's sentence is false as written"
+from harness.engine.declarations import REFUTED
 
 
 def _report(path: str) -> dict:

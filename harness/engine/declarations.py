@@ -103,11 +103,14 @@ class Expected:
     why: str
 
 
+REFUTED = "the seed's sentence is false as written"  # how an expected failure of a false seed sentence begins
+
+
 def refuted(slug: str, message: str) -> Expected | None:
     """The reason a failure of `slug` with `message` is expected because the seed's sentence is false as written."""
     claim = load_claims().get(slug)
     if claim is not None and not claim.holds and re.search(claim.refutation, message):
-        return Expected(f"the seed's sentence is false as written: {claim.why}")
+        return Expected(f"{REFUTED}: {claim.why}")
     return None
 
 

@@ -76,6 +76,12 @@ def test_a_failure_outside_every_catch_is_missed():
     assert missed("correct-y", (), {"verdicts": [_verdict("correct-y[float64]", "sdpa-formula", "error", False)]})
 
 
+def test_an_expected_failure_outside_the_catches_is_not_missed():
+    """A false seed sentence's refutation, or what the subject's own deviations explain, is no catch's business."""
+    report = {"verdicts": [*CAUGHT, _verdict("wrong-x[float64]", "sdpa-formula", "fail", True)]}
+    assert missed("wrong-x", (CATCH,), report) == ()
+
+
 def _names(targets) -> set[str]:
     try:
         return {load_impl(target).name for target in targets}
