@@ -214,12 +214,16 @@ def _window(n_q, n_k, window_size):
 
 
 def _weighted(scores, v, allowed):
-    """softmax(scores) v with -inf scores hidden and a row with nothing visible giving 0, in the log domain."""
+    """softmax(scores) v with -inf scores hidden and a row with nothing visible giving 0, in the log domain; a
+    score of +inf (a sink's) takes its row's every weight, the softmax's limit."""
     top = scores.max(axis=-1, keepdims=True)
-    empty = np.isinf(top) & (top < 0)
-    shift = np.where(empty, 0, top)
-    lse = shift + np.log(np.where(empty, 1, np.exp(scores - shift).sum(axis=-1, keepdims=True)))
-    weights = np.where(empty, 0, np.exp(scores - np.where(empty, 0, lse)))
+    empty, flooded = np.isneginf(top), np.isposinf(top)
+    shift = np.where(empty | flooded, 0, top)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in a flooded row, replaced below
+        lse = shift + np.log(np.where(empty, 1, np.exp(scores - shift).sum(axis=-1, keepdims=True)))
+        weights = np.where(empty, 0, np.exp(scores - np.where(empty, 0, lse)))
+    infinite = np.isposinf(scores)
+    weights = np.where(flooded, infinite / np.maximum(infinite.sum(axis=-1, keepdims=True), 1), weights)
     return weights @ _unseen_to_zero(v, allowed)
 
 

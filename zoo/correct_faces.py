@@ -212,11 +212,11 @@ def split_kv_uneven(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, cache
                                                    visible[None, None, :, lo:hi], scale, softcap,
                                                    None if bias is None else bias[:, :, lo:hi])
             merged = np.logaddexp(total, part_lse)
-            finite = np.isfinite(merged)  # +inf: a sink of +inf, which takes every weight
-            safe = np.where(finite, merged, 0)
+            flooded = np.isposinf(merged)  # a sink of +inf, which takes every weight (a NaN stays NaN)
+            safe = np.where(np.isfinite(merged), merged, 0)
             with np.errstate(invalid="ignore", over="ignore"):
-                acc = np.where(finite[..., None], acc * np.exp(total - safe)[..., None]
-                               + part_out * np.exp(part_lse - safe)[..., None], 0)
+                acc = np.where(flooded[..., None], 0, acc * np.exp(total - safe)[..., None]
+                               + part_out * np.exp(part_lse - safe)[..., None])
             total = merged
         out[b], lse[b] = acc[0].swapaxes(0, 1), total[0]
     return (out, lse.astype(q.dtype)) if return_lse else out
