@@ -91,7 +91,7 @@ def scale_edges() -> st.SearchStrategy[Edge]:
 
 def with_scale(problem: Problem, edge: Edge) -> Problem:
     """The problem called with the edge's scale (a derive step, so the repro rebuilds it; its comment names the
-    edge, which a scoped declaration's `match` may name in turn)."""
+    edge)."""
     return problem.derive(f"p = p.replace(scale={edge.code})  # {edge.label}")
 
 

@@ -1,6 +1,8 @@
 """The documentation's generated pages, written from the code they describe so that they cannot drift:
 docs/generated/capabilities.md from protocol.registry.Capabilities, docs/generated/claims.md from the claim
-catalogue (specs/claims.toml, specs/catalogue.py) and the properties that attach themselves to it.
+catalogue (specs/claims.toml, specs/catalogue.py) and the properties that attach themselves to it,
+docs/generated/deviations.md from the catalogue of documented deviations (specs.deviations) and the built-in
+records' table that declares them (impls/expectations.toml).
 
     python -m tools.docs_pages            write the pages into docs/generated/
     python -m tools.docs_pages --check    exit 1, naming them, when the committed pages are out of date
@@ -204,9 +206,35 @@ def claims_page() -> str:
     return "\n".join(lines)
 
 
+def deviations_page() -> str:
+    """Each documented deviation: what it predicts, its parameters, and the built-in records that declare it."""
+    import impls.records  # noqa: F401  (registers the built-in records' table)
+    from protocol.expectations import load_table
+    from specs.deviations import CATALOGUE
+
+    declared: dict[str, dict[str, set[str]]] = {}
+    for row in load_table():
+        declared.setdefault(row.deviation.name, {}).setdefault(row.subject, set()).add(row.claim)
+    lines = [HEADER.format(source="specs/deviations and impls/expectations.toml").rstrip(), "",
+             "# Documented deviations", "",
+             "A known defect is declared as one of these (docs/checking-your-implementation.md, \"Known defects\"): "
+             "a named behaviour that says, for any call, which elements it explains and what they must be. Every "
+             "other element is judged against the oracle. In the order accept mode tries them, narrowest first.", ""]
+    for name, cls in CATALOGUE.items():
+        lines += [f"## `{name}`", "", cls.summary + ".", ""]
+        if cls.parameters:
+            lines += ["Parameters: " + "; ".join(f"`{key}` ({meaning})" for key, meaning in cls.parameters.items()),
+                      ""]
+        users = declared.get(name, {})
+        if users:
+            lines += ["Declared by: " + ", ".join(f"{subject} ({len(claims)} claim{'s' * (len(claims) > 1)})"
+                                                for subject, claims in sorted(users.items())), ""]
+    return "\n".join(lines)
+
+
 def pages() -> dict[str, str]:
     """File name under docs/generated -> its text."""
-    return {"capabilities.md": capabilities_page(), "claims.md": claims_page()}
+    return {"capabilities.md": capabilities_page(), "claims.md": claims_page(), "deviations.md": deviations_page()}
 
 
 def stale(directory: Path = GENERATED) -> list[str]:

@@ -1,7 +1,7 @@
 """Two runs' report.json side by side: which verdicts changed, and whether any got worse.
 
-A verdict reads as pass, skip, declared (a failure a scoped declaration or a false seed sentence
-covers), fail (unexpected) or error. Severity: pass and skip 0, declared 1, fail and error 2; a
+A verdict reads as pass, skip, declared (a failure a documented deviation or a false seed sentence
+explains), fail (unexpected) or error. Severity: pass and skip 0, declared 1, fail and error 2; a
 verdict got worse when its severity rose (pass -> fail, declared -> fail, pass -> declared), better
 when it fell, and otherwise changed. Verdicts only one report has are added or removed.
 """

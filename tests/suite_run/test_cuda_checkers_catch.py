@@ -40,8 +40,8 @@ DRAWS_MISS = {
 
 @pytest.mark.parametrize("name", sorted(DRAWS_MISS))
 def test_the_tile_edge_cases_catch_what_the_random_draws_miss(tmp_path_factory, name):
-    """Each copy meets its rows (tests/suite_run/test_expectations_caught.py, group "past-first-tile": the tile-edge
-    case n_k = 129 named in the symptom), while the same check on random draws passes it."""
+    """Each copy meets its catches (tests/suite_run/test_expectations_caught.py, group "past-first-tile": the
+    tile-edge case n_k = 129 named in the failure), while the same check on random draws passes it."""
     run = group_run("past-first-tile", tmp_path_factory)
     variant = f"{load_impl(f'{BROKEN}:{name}').name}[float16]"
     assert f"PASSED properties/{DRAWS_MISS[name]}[{variant}]" in run.output, run.output[-3000:]
