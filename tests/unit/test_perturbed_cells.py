@@ -1,0 +1,34 @@
+"""tools/perturbed_cells.py reads a run and its twin: a declared cell the twin still declares is hidden, one it
+fails unexpectedly is caught, one it passes was not reached; a refuted seed sentence is not a declared cell."""
+
+from __future__ import annotations
+
+from tools.perturbed_cells import REFUTED, declared_cells, judge, old_table_covers
+
+
+def _verdict(impl, claim, status, expected=False, why="", detail="out differs"):
+    return dict(impl=impl, claim=claim, status=status, expected=expected, why=why, detail=detail,
+                failed_properties=["test_x"])
+
+
+RUN = {"verdicts": [_verdict("a[float64]", "c1", "fail", True), _verdict("a[float64]", "c2", "fail", True),
+                    _verdict("a[float64]", "c3", "fail", True), _verdict("a[float64]", "c4", "pass"),
+                    _verdict("seed[float64]", "c5", "fail", True, why=REFUTED + ": ...")]}
+TWIN = {"verdicts": [_verdict("a[float64]", "c1", "fail"), _verdict("a[float64]", "c2", "fail", True),
+                     _verdict("a[float64]", "c3", "pass"), _verdict("a[float64]", "c4", "pass")]}
+
+
+def test_the_cells_are_caught_hidden_or_not_reached():
+    assert declared_cells(RUN) == [("a[float64]", "c1"), ("a[float64]", "c2"), ("a[float64]", "c3")]
+    result = judge(RUN, TWIN)
+    assert (result["cells"], result["caught"], result["hidden"], result["not reached"]) == (
+        3, [["a[float64]", "c1"]], [["a[float64]", "c2"]], [["a[float64]", "c3"]])
+
+
+def test_the_old_tables_rule_is_its_pattern_over_the_message():
+    rows = [{"subject": "a", "claim": "c1", "dtypes": ["float64"], "match": "out differs", "properties": []}]
+    assert old_table_covers(rows, "a[float64]", "c1", _verdict("a[float64]", "c1", "fail"))
+    assert not old_table_covers(rows, "a[float32]", "c1", _verdict("a[float32]", "c1", "fail"))
+    assert not old_table_covers(rows, "a[float64]", "c1", _verdict("a[float64]", "c1", "fail", detail="raised"))
+    scoped = [dict(rows[0], properties=["test_y"])]
+    assert not old_table_covers(scoped, "a[float64]", "c1", _verdict("a[float64]", "c1", "fail"))
