@@ -33,11 +33,11 @@ def _masked_attention(q, k, v, allowed, scale, softcap=0.0, bias=None, sinks=Non
         scores = np.concatenate([scores, column], axis=-1)
         v = np.concatenate([v, np.zeros(v.shape[:2] + (1, v.shape[3]), v.dtype)], axis=2)
     top = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # -inf for a sequence with no key
-    seen = np.isfinite(top)  # +inf: a sink of +inf takes every weight
+    seen = np.isfinite(top)  # -inf: no key; +inf: a sink of +inf takes every weight; NaN: a NaN it sees
     e = np.exp(scores - np.where(seen, top, 0))
     total = e.sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):
-        out = np.where(seen, (e / np.where(seen, total, 1)) @ v, 0)
+        out = np.where(np.isposinf(top), 0, (e / np.where(seen, total, 1)) @ v)
     with np.errstate(divide="ignore"):
         lse = np.where(seen, top + np.log(np.where(seen, total, 1)), top)[..., 0]
     return out.astype(q.dtype), lse
