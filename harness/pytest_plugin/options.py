@@ -18,7 +18,7 @@ Options (CONTRACT 1 and 2, DESIGN.md):
                      impls/expectations.toml
   --perturb-declared the meta-test: every implementation that declares deviations is made wrong by one
                      element wherever a deviation fires (harness.api.perturb); tools/perturbed_cells.py
-                     reads whether each declared cell then fails unexpectedly
+                     reads whether each declared cell then fails unexpectedly (nothing is shrunk)
 
 A run that collects from the suite's own directory (the clone, or the installed packages, as
 `attention-spec check` does) loads the suite's Hypothesis profile (harness.pytest_plugin.profiles: HYPOTHESIS_PROFILE,
@@ -81,5 +81,5 @@ def runs_the_suite(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis' own plugin, whose --hypothesis-profile then wins
 def pytest_configure(config: pytest.Config) -> None:
     if runs_the_suite(config):
-        profiles.load(os.environ.get("HYPOTHESIS_PROFILE"))
+        profiles.load(os.environ.get("HYPOTHESIS_PROFILE"), shrink=not config.getoption("perturb_declared"))
         config.pluginmanager.import_plugin("harness.pytest_plugin.plugin")

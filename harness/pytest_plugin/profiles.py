@@ -18,8 +18,10 @@ _COMMON = dict(
 )
 
 
-def load(name: str | None) -> None:
-    """Register the suite's profiles and load `name` (None: the default, dev)."""
+def load(name: str | None, *, shrink: bool = True) -> None:
+    """Register the suite's profiles and load `name` (None: the default, dev); shrink=False leaves out Hypothesis'
+    shrink phase (the meta-test's twin: its verdicts are per cell, and every declared cell's failure is shrunk
+    otherwise)."""
     # dev and thorough explore at random, wherever they run: Hypothesis's own profile for a CI environment (the CI
     # variable set) is derandomized, and a profile registered without derandomize would inherit that
     settings.register_profile("dev", max_examples=25, derandomize=False, **_COMMON)
@@ -29,3 +31,7 @@ def load(name: str | None) -> None:
                               phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink], **_COMMON)
     settings.register_profile("thorough", max_examples=400, derandomize=False, **_COMMON)
     settings.load_profile(name or DEFAULT)
+    if not shrink:
+        phases = [phase for phase in settings.default.phases if phase is not Phase.shrink]
+        settings.register_profile("unshrunk", settings(settings.default, phases=phases))
+        settings.load_profile("unshrunk")
