@@ -91,6 +91,15 @@ CASES = {
                                                         "through": ["keys", "values"]},
                                       _poisoned(_hiding(BASE, [], [5]), keys=[(0, 1, 5)], values=[(1, 0, 5, 1)]),
                                       "float64", {}, None),
+    # jax.nn's order: the mask selects, the bias is added; key 5 hidden by a -inf bias alone, NaN in batch 0
+    "hidden-nonfinite-reaches-rows through bias": ("bias_added_mask_selected",
+                                                   {"deviation": "hidden-nonfinite-reaches-rows", "through": ["bias"]},
+                                                   _poisoned(BASE.derive("b = np.zeros(p.q.shape[:3] + (p.n_k,)); "
+                                                                         "b[..., 5] = -np.inf; p = p.replace(bias=b)"),
+                                                             keys=[(0, 1, 5)]), "float64", {}, (1, 0, 0, 0)),
+    "infinite-sink-row-nan": ("sink_max_guarded", {"deviation": "infinite-sink-row-nan"},
+                              BASE.derive("p = p.replace(sinks=np.array([np.inf, 0.5]))"), "float64", {},
+                              (0, 1, 0, 0)),
     "projections-spread-nonfinite": ("projections_spread", {"deviation": "projections-spread-nonfinite",
                                                             "then": ["values"]},
                                      _poisoned(_hiding(BASE, [], [4]), values=[(0, 1, 2, 0)]), "float64", {}, None),
@@ -103,6 +112,10 @@ CASES = {
                                       {"deviation": "scores-rounded-before-softmax"},
                                       build(heads=3, n_q=7, n_k=7, d=2, d_v=2).derive("p = p.replace(scale=4.734375)"),
                                       "bfloat16", {}, None),
+    "scores-rounded-before-softmax, the maximum subtracted in the dtype": (
+        "max_subtracted_in_half_precision", {"deviation": "scores-rounded-before-softmax", "max_subtracted": "dtype"},
+        build(heads=3, n_q=7, n_k=7, d=2, d_v=2, seed=4).derive("p = p.replace(scale=4.734375)"),
+        "bfloat16", {}, None),
 }
 
 
@@ -126,6 +139,22 @@ def test_a_deviation_explains_the_implementation_that_shows_it(case):
         reference = attention(*trial.exact_inputs(problem), finite=False, **trial.oracle_kwargs(problem)).out
         finite = np.isfinite(reference)
         np.testing.assert_allclose(seen[finite], reference[finite], rtol=1e-12, atol=1e-12)
+
+
+def test_a_row_the_model_changes_is_explained_whole_where_an_element_equals_the_oracles():
+    """Values whose column 0 sums to 0 over the keys: the keyless row's mean is exactly 0 there, as the oracle's row
+    is, while float32's weights of 1/6 leave a rounding. That element is the model's all the same: judged within its
+    allowance and seen as the oracle's 0 (a property asking a keyless row for exactly 0 sees 0), one off it refused."""
+    problem = _hiding(BASE, [0]).derive("v = p.v.copy(); v[..., 0] = [5, 0, 2, -1, 2, -8]; p = p.replace(v=v)")
+    fields = {"deviation": "keyless-row-mean"}
+    variant = _variant("keyless_row_mean_added", "float32")
+    assert np.all(np.asarray(Trial(variant, problem).call_raw(problem))[:, :, 0, 0] != 0)
+    with deviation_mode(_run(variant, fields)):
+        seen = Trial(variant, problem).call_raw(problem)
+    assert np.all(np.asarray(seen)[:, :, 0, :] == 0)
+    wrong = _variant("keyless_row_mean_added", "float32", perturb=_shifted((1, 1, 0, 0), 1e-3))
+    with deviation_mode(_run(wrong, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        Trial(wrong, problem).call_raw(problem)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -200,6 +229,19 @@ def test_accepts_explains_the_reading_it_documents_and_refuses_another_output():
     other = {**fields, "reads": "values-past-the-keys-ignored"}
     with deviation_mode(_run(variant, other)), pytest.raises(PropertyViolation, match="declared deviations predict"):
         Trial(variant, problem).expect_raised(problem, "v longer than k")
+
+
+def test_a_key_weight_summed_over_longer_values_is_that_reading_and_no_other():
+    problem = build(heads=2, n_q=3, n_k=1, d=4, seed=3).derive(
+        "p = p.replace(v=np.concatenate([p.v, p.v * 2 + 1, p.v - 3], axis=2))")
+    fields = {"deviation": "accepts", "reads": "one-key-weight-summed-over-values"}
+    variant = _variant("one_key_weight_summed", "float64")
+    with deviation_mode(_run(variant, fields)), pytest.raises(ExplainedStop):
+        Trial(variant, problem).expect_raised(problem, "v longer than k")
+    for other in ("length-one-keys-broadcast", "values-past-the-keys-ignored"):  # the mean, the first value
+        with deviation_mode(_run(variant, {**fields, "reads": other})), pytest.raises(
+                PropertyViolation, match="declared deviations predict"):
+            Trial(variant, problem).expect_raised(problem, "v longer than k")
 
 
 def test_report_deviations_explain_their_own_findings_only():
