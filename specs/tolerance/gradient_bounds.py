@@ -166,22 +166,36 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Mo
         bias_shape=bias_shape)
     tiny = n_k * float(finfo(np.float32).tiny) * float(np.abs(d_out).max(initial=0.0)) + float(
         finfo(dtype).smallest_subnormal)
+    # A weight below float32's smallest normal may be flushed to 0 (the floor above allows it in dV = P^T dO); the
+    # same flushed weight is gone from dS_ij = P_ij (dP_ij - D_i), |dP_ij - D_i| <= 2 d_v max|dO| max|v|, and dS's
+    # own subnormals may be flushed too: each dS_ij off by up to tiny (1 + that), carried into dQ = s dS K and
+    # dK = s dS^T Q by sums of n_k and n_q terms (XLA's CPU backend flushes them:
+    # docs/findings/jax_cpu_flushes_subnormals.py)
+    flushed_ds = float(finfo(np.float32).tiny) * (1 + 2 * v.shape[3] * float(np.abs(d_out).max(initial=0.0))
+                                                  * float(np.abs(v).max(initial=0.0)))
+    n_q = q.shape[2]
+    through_ds = {0: abs(result.scale) * n_k * flushed_ds * float(np.abs(k).max(initial=0.0)),
+                  1: abs(result.scale) * n_q * flushed_ds * float(np.abs(q).max(initial=0.0)), 2: 0.0}
 
-    def bound(exact, approx, error, magnitude):
+    def bound(exact, approx, error, magnitude, flushed=0.0):
         naive_error = np.max(np.abs(approx.astype(np.float64) - exact), axis=-1, keepdims=True)
         storage = u * (2 * np.abs(exact) + magnitude)
-        floor = error + storage + tiny
+        floor = error + storage + tiny + flushed
         scaled = K_GRADIENT * naive_error
         terms = ((f"{K_GRADIENT:g} x naive {dtype} backward error of the row", scaled),
                  (f"propagated rounding floor (float32 inside, LAMBDA={LAMBDA:g})", error),
-                 (f"storage rounding in {dtype}", storage), ("underflow", tiny))
+                 (f"storage rounding in {dtype}", storage), ("underflow", tiny),
+                 ("flushed weights through dS", flushed))
         return Allowance(
             scaled + floor,
             f"{dtype}: {K_GRADIENT:g} x the naive {dtype} backward's error of the row (largest "
             f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms)
 
-    return GradientOracle(grads, tuple(bound(*parts) for parts in zip(grads, naive, errors, magnitudes, strict=True)),
-                          {name: (g, bound(g, naive_mods[name], mod_errors[name], mod_magnitudes[name]))
+    per_entry = n_q * n_k * q.shape[0] * q.shape[1]  # dS entries a modification's gradient element sums at most
+    return GradientOracle(grads, tuple(bound(*parts, through_ds[index]) for index, parts in
+                                       enumerate(zip(grads, naive, errors, magnitudes, strict=True))),
+                          {name: (g, bound(g, naive_mods[name], mod_errors[name], mod_magnitudes[name],
+                                           flushed_ds * per_entry / max(g.size, 1)))
                            for name, g in mod_grads.items()})
 
 

@@ -229,3 +229,42 @@ def test_named_rules_give_the_numbers_of_the_factors_they_name():
     exact = np.array([[0.25, 0.75]])
     assert np.array_equal(tolerance.dropout_survivor_allowance(a, exact, 0.1, "float32").bound,
                           (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)
+
+
+def _float32_backward(q, k, v, d_out, scale, *, flush: bool, with_d: bool = True):
+    """dQ, dK, dV in float32 as XLA's CPU backend computes them (`flush`: weights and dS below float32's smallest
+    normal flushed to 0); `with_d` False: dS = P dP, the row term D_i dropped (a wrong backward)."""
+    q, k, v, d_out = (x.astype(np.float32) for x in (q, k, v, d_out))
+    tiny = np.finfo(np.float32).tiny
+    s = q @ k.swapaxes(-1, -2) * np.float32(scale)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    if flush:
+        p = np.where(np.abs(p) < tiny, np.float32(0), p)
+    d_p = d_out @ v.swapaxes(-1, -2)
+    d_s = p * (d_p - (p * d_p).sum(axis=-1, keepdims=True) if with_d else d_p)
+    if flush:
+        d_s = np.where(np.abs(d_s) < tiny, np.float32(0), d_s)
+    heads_kv = k.shape[1]  # grouped heads: dK and dV summed over each group
+    d_k = (d_s.swapaxes(-1, -2) @ q * np.float32(scale)).reshape(q.shape[0], heads_kv, -1, *k.shape[2:]).sum(axis=2)
+    d_v = (p.swapaxes(-1, -2) @ d_out).reshape(q.shape[0], heads_kv, -1, *v.shape[2:]).sum(axis=2)
+    return d_s @ k * np.float32(scale), d_k, d_v
+
+
+def test_a_float32_backward_that_flushes_subnormals_is_within_the_allowance_and_a_wrong_one_is_not():
+    """Sharp scores at scale 10 leave weights below 1.2e-38: flushed, they and the dS they make are off by up to
+    float32's smallest normal each, which dQ = s dS K and dK = s dS^T Q carry (the allowance's "flushed weights
+    through dS" term, without which dK fails here); dropping D_i from dS is still refused."""
+    p = build(batch=2, heads=2, n_q=17, n_k=17, d=16, d_v=16, score_style="spiky", value_style="integers",
+              scale=10.0)
+    d_out = np.random.default_rng(0).standard_normal(p.q.shape[:3] + (p.v.shape[-1],)).astype(np.float32)
+    exact = [x.astype(np.float32).astype(np.float64) for x in (p.q, p.k, p.v)]
+    oracle = tolerance.gradient_allowance(*exact, d_out.astype(np.float64), dtype="float32", scale=10.0)
+    flushed = _float32_backward(*exact, d_out, 10.0, flush=True)
+    errors = [np.abs(g.astype(np.float64) - exact_g) for g, exact_g in zip(flushed, oracle.grads, strict=True)]
+    assert all(np.all(e <= a.bound) for e, a in zip(errors, oracle.allowances, strict=True))
+    without = [a.bound - dict(a.parts())["flushed weights through dS"] for a in oracle.allowances]
+    assert any(np.any(e > w) for e, w in zip(errors, without, strict=True)), "the flush never mattered here"
+    wrong = _float32_backward(*exact, d_out, 10.0, flush=True, with_d=False)
+    assert any(np.any(np.abs(g.astype(np.float64) - exact_g) > a.bound)
+               for g, exact_g, a in zip(wrong, oracle.grads, oracle.allowances, strict=True))
