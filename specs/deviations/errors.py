@@ -18,7 +18,10 @@ ACCEPTS_READS = {
                                        "zeros (a score of 0)",
     "keys-past-the-end-undefined": "v longer than k: every value is attended, the keys past k's last read from "
                                    "memory past k (the output undefined)",
-    "length-one-keys-broadcast": "k (and its bias) of one key broadcast against v's (or the bias's) keys",
+    "length-one-keys-broadcast": "k (and its bias) of one key broadcast against v's (or the bias's) keys; against "
+                                 "a bias of no key, the row has no key left (output 0)",
+    "one-key-weight-summed-over-values": "v longer than k of one key: that key's weight, 1, broadcast against every "
+                                         "value, so the output is the values' sum",
 }
 
 
@@ -64,7 +67,14 @@ class Accepts(Deviation):
                 return None
             zeros = np.zeros(call.k.shape[:2] + (n_v - n_k, call.k.shape[3]))
             return dataclasses.replace(call, k=np.concatenate([call.k, zeros], axis=2))
+        if self.reads == "one-key-weight-summed-over-values":
+            if n_k != 1 or n_v <= n_k:
+                return None  # the sum is the mean of n_v equal-scored keys of n_v times the values
+            return dataclasses.replace(call, k=np.repeat(call.k, n_v, axis=2), v=call.v * n_v)
         bias = call.keywords.get("bias")
+        if n_k == 1 and bias is not None and np.shape(bias)[-1] == 0:
+            keywords = {key: value for key, value in call.keywords.items() if key != "bias"}
+            return dataclasses.replace(call, keywords={**keywords, "mask": np.zeros((1, 1, 1, 1), dtype=bool)})
         longest = max(n_k, n_v, 0 if bias is None else np.shape(bias)[-1])
         if n_k != 1 or longest == 1:
             return None

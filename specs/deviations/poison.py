@@ -16,9 +16,9 @@ from specs.deviations.base import Call, Deviation, DeviationError
 from specs.reference import repeat_kv
 from specs.score_mods import causal_window, visible_key_range
 
-THROUGH = ("values", "keys")
+THROUGH = ("values", "keys", "bias")
 ACROSS = ("sequence", "pack")
-GRADIENTS = ("dq", "dk", "dv")
+GRADIENTS = ("dq", "dk", "dk-seen", "dv")
 ROWS = ("every-row", "key-tiles")
 
 
@@ -55,8 +55,10 @@ class HiddenNonFiniteReaches(Deviation):
     summary = ("a NaN or Inf in a key or value that some row may not see reaches rows anyway: through `values`, "
                "0 x NaN puts it in that column of every row of its kv head; through `keys`, a hidden score that is "
                "NaN or +inf (IEEE: q.k with an Inf key) plus the additive mask's -inf is NaN, and so is its row; "
+               "through `bias`, the same for keys hidden by a -inf bias alone (an implementation that masks by "
+               "selection but adds the bias); "
                "`across` 'pack': the rows of every sequence packed in the call, not only its own")
-    parameters: ClassVar[dict[str, str]] = {"through": "a list of 'values' and 'keys'",
+    parameters: ClassVar[dict[str, str]] = {"through": "a list of 'values', 'keys' and 'bias'",
                                             "across": "'sequence' (default) or 'pack'"}
 
     def __init__(self, **params: object) -> None:
@@ -87,6 +89,11 @@ class HiddenNonFiniteReaches(Deviation):
             scores = _raw_scores(call)
             rows = (~visible & (np.isnan(scores) | np.isposinf(scores))).any(axis=-1)  # (batch, heads, n_q)
             reached |= rows[..., None]
+        bias = call.oracle_keywords().get("bias")
+        if "bias" in self.through and bias is not None:
+            scores = _raw_scores(call)
+            hidden_by_bias = np.broadcast_to(np.isneginf(bias), scores.shape)
+            reached |= (hidden_by_bias & np.isnan(scores)).any(axis=-1)[..., None]
         if self.across == "pack" and reached.any():
             reached |= reached.any(axis=0, keepdims=True)
         return reached & np.isfinite(call.oracle.out)
@@ -160,7 +167,9 @@ class HiddenNonFiniteGradients(Deviation):
                "multiplies it by dS = 0 (0 x NaN) in every row that reads the key; where the forward carried it "
                "into every row (an additive mask), dK and dV of its kv head too")
     parameters: ClassVar[dict[str, str]] = {
-        "gradients": "which of dq, dk, dv it reaches (dk and dv: every element of the kv head)",
+        "gradients": "which of dq, dk, dv it reaches (dk and dv: every element of the kv head; 'dk-seen': dK of "
+                     "the keys some row sees, where the mask selects: a hidden NaN value makes D_i = sum_j P_ij dP_ij "
+                     "NaN, and so dS of every key the row sees)",
         "rows": "'every-row' (default), or 'key-tiles': only the rows of query tiles whose key range holds the key "
                 "(a tiled backward never reads keys past every row's causal horizon or outside the window), and "
                 "dk and dv only where some tile reads it",
@@ -216,6 +225,10 @@ class HiddenNonFiniteGradients(Deviation):
         for name, array in (("dk", call.k), ("dv", call.v)):
             if name in self.gradients:
                 reached[name] = np.broadcast_to(heads, array.shape).copy()
+        if "dk-seen" in self.gradients:
+            seen = _per_kv_head(_visibility(call).any(axis=2), call)[..., None]  # (batch, heads_kv, n_k, 1)
+            reached["dk"] = reached.get("dk", np.zeros(call.k.shape, bool)) | np.broadcast_to(heads & seen,
+                                                                                              call.k.shape)
         return {name: mask for name, mask in reached.items() if mask.any()}
 
 

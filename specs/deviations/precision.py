@@ -4,10 +4,11 @@ precision the implementation really computes in (or of a naive formula that roun
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
-from specs.deviations.base import Deviation
+from specs.deviations.base import Deviation, DeviationError
 from specs.dtypes import accumulator
 from specs.gradients import attention_backward, sum_groups
 from specs.reference import matmul, repeat_kv
@@ -40,7 +41,18 @@ class ScoresRoundedBeforeSoftmax(Deviation):
     summary = ("in half precision q k^T is rounded to the dtype, then scaled by the scale as a float32 number (a "
                "tensor times a Python float) and rounded again, modified (cap, bias, each step rounded) before a "
                "float32 softmax, whose weights are rounded again before P V: judged against that formula's own "
-               "error in the dtype (K x the naive error, as every implementation is)")
+               "error in the dtype (K x the naive error, as every implementation is); `max_subtracted` 'dtype': "
+               "the row's maximum is first subtracted in the dtype, each difference rounded")
+    parameters: ClassVar[dict[str, str]] = {
+        "max_subtracted": "'softmax' (default): inside the float32 softmax; 'dtype': before it, in the dtype "
+                          "(gpt-oss' overflow guard, then a softmax in the dtype)"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.max_subtracted = params.get("max_subtracted", "softmax")
+        if self.max_subtracted not in ("softmax", "dtype"):
+            raise DeviationError("scores-rounded-before-softmax: max_subtracted is 'softmax' or 'dtype', got "
+                                 f"{self.max_subtracted!r}")
 
     def explains_everything(self, dtype: str) -> bool:
         return dtype in ("float16", "bfloat16")
@@ -58,6 +70,10 @@ class ScoresRoundedBeforeSoftmax(Deviation):
                 scores = modify_scores(scores, result.mods, shape, offset)
         if result.allowed is not None:
             scores = np.where(result.allowed, scores, dtype.type(-np.inf))
+        if self.max_subtracted == "dtype":
+            top = scores.max(axis=-1, keepdims=True)
+            with np.errstate(invalid="ignore"):
+                scores = (scores.astype(np.float32) - np.where(np.isfinite(top), top, dtype.type(0))).astype(dtype)
         inside = scores.astype(np.float32)
         top = inside.max(axis=-1, keepdims=True)
         e = np.exp(inside - np.where(np.isfinite(top), top, np.float32(0)))

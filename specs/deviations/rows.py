@@ -112,6 +112,30 @@ class KeylessRowNan(Deviation):
         return rows_to_gradients(call, keyless_rows(call.oracle))
 
 
+class InfiniteSinkRowNan(Deviation):
+    name = "infinite-sink-row-nan"
+    summary = ("every row of a head whose sink is +inf is NaN (the oracle gives it weight 0 on every key, output "
+               "0): the row's maximum is taken over its scores and the sink, and the sink minus it is inf - inf")
+
+    @staticmethod
+    def _rows(call: Call) -> np.ndarray:
+        sinks = call.oracle_keywords().get("sinks")
+        out = call.oracle.out
+        if sinks is None:
+            return np.zeros(out.shape[:-1], dtype=bool)
+        return np.broadcast_to(np.isposinf(np.asarray(sinks))[None, :, None], out.shape[:-1]) & np.isfinite(
+            out).all(axis=-1)
+
+    def non_finite(self, call):
+        rows = self._rows(call)
+        if not rows.any():
+            return {}
+        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
+
+    def non_finite_gradients(self, call):
+        return rows_to_gradients(call, self._rows(call))
+
+
 class BlocksNormalisedAlone(Deviation):
     name = "key-blocks-normalised-alone"
     summary = ("the keys are split into blocks of `block` and each block gets its own softmax, the blocks' "
@@ -230,4 +254,5 @@ class ScoresOverflowDtype(Deviation):
         return {"out": (finite, np.where(finite, naive, 0.0))} if finite.any() else {}
 
 
-ROW_DEVIATIONS = (KeylessRowMean, KeylessRowNan, BlocksNormalisedAlone, ScoresOverflowDtype, ExpWithoutMaxShift)
+ROW_DEVIATIONS = (KeylessRowMean, KeylessRowNan, InfiniteSinkRowNan, BlocksNormalisedAlone, ScoresOverflowDtype,
+                  ExpWithoutMaxShift)
