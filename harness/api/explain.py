@@ -2,9 +2,10 @@
 element by element, with the one tolerance model (specs.tolerance, applied to the deviations' model).
 
 For each call the property makes in the second run of a failing example:
-- the elements a deviation explains (where its model differs from the oracle, every element for a precision, the
-  elements it says a poison reaches, those it predicts directly) must be what it predicts: within the tolerance
-  model's allowance for its model (plus its own extra allowance), or non-finite where it says so;
+- the elements a deviation explains (each row where its model differs from the oracle, every element for a
+  precision, the elements it says a poison reaches, those it predicts directly) must be what it predicts: within
+  the tolerance model's allowance for its model (plus its own extra allowance), or non-finite where it says so; or
+  else the oracle's (an implementation may conform where the behaviour could have shown);
 - every other element is judged against the oracle as before (within the allowance, non-finite only where the
   oracle is);
 - a poisoned call whose deviation replaces the poison is also made again with finite garbage in its place, and that
@@ -139,7 +140,10 @@ class _Judged:
         """Fail on an element outside the prediction; else the output as the property sees it, and each deviation
         that changed it recorded."""
         __tracebackhide__ = True
-        bad = _bad(self.got, self.expected, self.allowed, self.non_finite) & ~(self.free & ~self.non_finite)
+        # an element is outside the prediction when it is neither what the deviations predict nor the oracle's (an
+        # implementation that conforms where a deviation could have shown, as a kernel choosing its path by size)
+        conforms = ~_bad(self.got, self.reference, self.allowed, np.zeros(self.got.shape, bool))
+        bad = _bad(self.got, self.expected, self.allowed, self.non_finite) & ~conforms & ~(self.free & ~self.non_finite)
         if bad.any():
             _fail(trial, problem, self.name, self.got, self.expected, self.allowed, self.non_finite, bad, run)
         explained = np.zeros(self.got.shape, dtype=bool)
@@ -310,22 +314,30 @@ def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: Deviatio
 
 
 def poisoned_prediction(trial, problem, extra, call: Call, out, deviations) -> list[_Judged] | None:
-    """A poisoned call's out with what `deviations` predict: the oracle where it is finite (the same problem with
-    finite garbage in place of the poison gives the allowance), not judged where a row sees the poison."""
+    """A poisoned call's out with what `deviations` predict: the oracle where it is finite, the deviations' models
+    where they change a row (both on the same problem with finite garbage in place of the poison, which no row
+    that does not see it reads; that call also gives the allowance), not judged where a row sees the poison."""
     clean_call = deviation_call(trial, _garbage(problem), extra)
     keywords = trial.oracle_kwargs(problem)
+    model = DeviantModel(deviations, call.tiles)
     try:
-        _, allowance = forward_allowance(clean_call.q, clean_call.k, clean_call.v,
-                                         dtype=_judging_dtype(deviations, trial.variant.dtype),
-                                         past_range=trial.past_range, model=DeviantModel(deviations, call.tiles),
-                                         **keywords)
+        clean, _ = forward_allowance(clean_call.q, clean_call.k, clean_call.v, dtype=trial.variant.dtype,
+                                     past_range=trial.past_range, **keywords)
+        result, allowance = forward_allowance(clean_call.q, clean_call.k, clean_call.v,
+                                              dtype=_judging_dtype(deviations, trial.variant.dtype),
+                                              past_range=trial.past_range, model=model, **keywords)
     except (ToleranceUndefined, AttentionInputError):
         return None
     reference = call.oracle
-    judged = _Judged("out", out.astype(np.float64), reference.out, reference.out,
-                     allowance.bound + _extra(deviations, clean_call, "out", out.shape))
+    changed = _rows_differing("out", result.out, clean.out)
+    with np.errstate(invalid="ignore"):  # a deviation's own allowance of rows only the poison makes (fmax: not NaN)
+        extra = np.fmax(_extra(deviations, clean_call, "out", out.shape), _extra(deviations, call, "out", out.shape))
+    judged = _Judged("out", out.astype(np.float64), reference.out, np.where(changed, result.out, reference.out),
+                     allowance.bound + extra)
     judged.free = ~np.isfinite(reference.out)  # a row that sees the poison: its own claims judge it
-    _explain_each([judged], deviations, call, keywords, trial.variant.dtype, None)
+    singles = {deviation: {"out": np.where(np.isfinite(reference.out), DeviantModel((deviation,), call.tiles)(
+        clean_call.q, clean_call.k, clean_call.v, **keywords).out, reference.out)} for deviation in model.deviations}
+    _explain_each([judged], deviations, call, keywords, trial.variant.dtype, singles)
     return [judged]
 
 
@@ -399,14 +411,13 @@ def backward_prediction(trial, call: Call, source: Call, keywords: Mapping, wrt:
         for judged in outputs:
             if judged.key in seeing:
                 judged.free = seeing[judged.key]
-    singles = {}
-    if not call.poisoned:
-        for deviation in model.deviations:
-            single_model = DeviantModel((deviation,), call.tiles)
-            single_grads = attention_backward(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
-            single_mods = score_mod_gradients(call.q, call.k, call.v, call.d_out, model=single_model, **keywords)
-            singles[deviation] = {**dict(zip(("dq", "dk", "dv"), single_grads, strict=True)),
-                                  **{f"d{key}": value for key, value in single_mods.items()}}
+    singles = {}  # on `source`: a poisoned call's models where no row sees the poison are those of its garbage
+    for deviation in model.deviations:
+        single_model = DeviantModel((deviation,), call.tiles)
+        single_grads = attention_backward(source.q, source.k, source.v, source.d_out, model=single_model, **keywords)
+        single_mods = score_mod_gradients(source.q, source.k, source.v, source.d_out, model=single_model, **keywords)
+        singles[deviation] = {**dict(zip(("dq", "dk", "dv"), single_grads, strict=True)),
+                              **{f"d{key}": value for key, value in single_mods.items()}}
     _explain_each(outputs, deviations, call, keywords, trial.variant.dtype, singles, gradients=True)
     return outputs
 
@@ -450,6 +461,34 @@ def judge_raise(trial, problem, summary: str) -> None:
             raise ExplainedStop
 
 
+def accepted_reading(trial, problem, raw: object, accepted: str, deviations) -> tuple | None:
+    """The first of `deviations` that says how the implementation reads the bad input of `problem`, with the output
+    as that reading makes it and, unless the reading's output is undefined, that output's oracle and allowance (the
+    other deviations' model, their judging dtype); None when none reads it or what came back is not of its shape
+    (an output of another shape is no reading, whatever the deviation)."""
+    call = deviation_call(trial, problem)
+    model = DeviantModel(deviations)  # what it computes from the input it read: the other deviations too
+    judging = _judging_dtype(deviations, trial.variant.dtype)
+    for deviation in deviations:
+        read = deviation.accepts(call, accepted)
+        out = as_numpy(raw)
+        if read is None or out is None:
+            continue
+        out = deviation.accepted_output(out)
+        if deviation.output_undefined():  # nothing to judge in what it returned but its shape
+            if out.shape == read.q.shape[:3] + (read.v.shape[-1],):
+                return deviation, read, out, None, None, model
+            continue
+        try:
+            result, allowance = forward_allowance(read.q, read.k, read.v, dtype=judging, model=model,
+                                                  **read.oracle_keywords())
+        except (ToleranceUndefined, AttentionInputError):
+            continue
+        if out.shape == result.out.shape:
+            return deviation, read, out, result, np.broadcast_to(allowance.bound, out.shape), model
+    return None
+
+
 def judge_acceptance(trial, problem, raw: object, accepted: str) -> None:
     """In deviation mode, end the run as explained when a declared deviation says how the implementation reads the
     input it accepted, and its output is that reading's oracle; a wrong output fails here."""
@@ -457,36 +496,25 @@ def judge_acceptance(trial, problem, raw: object, accepted: str) -> None:
     run = active()
     if run is None:
         return
-    call = deviation_call(trial, problem)
-    model = DeviantModel(run.deviations)  # what it computes from the input it read: the other deviations too
-    judging = _judging_dtype(run.deviations, trial.variant.dtype)
-    for deviation in run.deviations:
-        read = deviation.accepts(call, accepted)
-        if read is None:
-            continue
-        if deviation.output_undefined():  # nothing to judge in what it returned, only that it accepted
-            run.record(deviation, f"accepting {accepted} (its output undefined)")
-            raise ExplainedStop
-        out = as_numpy(raw)
-        try:
-            result, allowance = forward_allowance(read.q, read.k, read.v, dtype=judging, model=model,
-                                                  **read.oracle_keywords())
-        except (ToleranceUndefined, AttentionInputError):
-            continue
-        if out is None or out.shape != result.out.shape:
-            continue
-        got = out.astype(np.float64)
-        bad = _bad(got, result.out, np.broadcast_to(allowance.bound, got.shape), np.zeros(got.shape, bool))
-        if bad.any():
-            _fail(trial, problem, f"out (accepting {accepted})", got, result.out,
-                  np.broadcast_to(allowance.bound, got.shape), np.zeros(got.shape, bool), bad, run)
-        run.record(deviation, f"accepting {accepted}")
-        keywords = read.oracle_keywords()
-        reference = forward_allowance(read.q, read.k, read.v, dtype=trial.variant.dtype, **keywords)[0].out
-        for other in model.deviations:  # what the reading's output owes to the other deviations
-            if _differs(DeviantModel((other,))(read.q, read.k, read.v, **keywords).out, reference).any():
-                run.record(other, f"the output of the accepted {accepted}")
+    found = accepted_reading(trial, problem, raw, accepted, run.deviations)
+    if found is None:
+        return
+    deviation, read, out, result, allowed, model = found
+    if result is None:
+        run.record(deviation, f"accepting {accepted} (its output undefined)")
         raise ExplainedStop
+    got = out.astype(np.float64)
+    bad = _bad(got, result.out, allowed, np.zeros(got.shape, bool))
+    if bad.any():
+        _fail(trial, problem, f"out (accepting {accepted})", got, result.out, allowed, np.zeros(got.shape, bool), bad,
+              run)
+    run.record(deviation, f"accepting {accepted}")
+    keywords = read.oracle_keywords()
+    reference = forward_allowance(read.q, read.k, read.v, dtype=trial.variant.dtype, **keywords)[0].out
+    for other in model.deviations:  # what the reading's output owes to the other deviations
+        if _differs(DeviantModel((other,))(read.q, read.k, read.v, **keywords).out, reference).any():
+            run.record(other, f"the output of the accepted {accepted}")
+    raise ExplainedStop
 
 
 def judge_report(summary: str, observed: Mapping) -> None:

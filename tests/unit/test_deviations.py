@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from harness.api import perturb
 from harness.api.evidence import PropertyViolation
 from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, ExplainedStop, deviation_mode
@@ -71,9 +72,24 @@ CASES = {
     # name: (fixture, deviation fields, problem, dtype, the call's keywords, an element the deviation does not explain)
     "keyless-row-mean added": ("keyless_row_mean_added", {"deviation": "keyless-row-mean"},
                                _hiding(BASE, [0], [2]), "float64", {}, (0, 0, 1, 0)),
+    # row 0 sees key 0 alone, whose -inf scores it -inf: the oracle's row is 0, the eager mask's the mean of the rest
+    "keyless-row-mean where every visible score is -inf": (
+        "keyless_row_mean_added", {"deviation": "keyless-row-mean"},
+        BASE.derive("m = np.zeros(p.q.shape[:3] + (p.n_k,), dtype=bool); m[..., 1:, 1:] = True; m[..., 0, 0] = True; "
+                    "q = p.q.copy(); q[..., 0] = np.abs(q[..., 0]) + 0.5; k = p.k.copy(); k[:, :, 0] = 0.0; "
+                    "k[:, :, 0, 0] = -np.inf; p = p.replace(q=q, k=k, mask=m)"), "float64", {}, (0, 0, 1, 0)),
     "keyless-row-mean replaced": ("keyless_row_mean_replaced",
                                   {"deviation": "keyless-row-mean", "masked_scores": "replaced"},
                                   _hiding(BASE, [1]), "float64", {}, (1, 1, 2, 2)),
+    # no mask: a -inf bias hides every key of row 0, which nothing replaces: NaN (not the mean)
+    "keyless-row-mean replaced under a -inf bias": (
+        "keyless_row_mean_replaced", {"deviation": "keyless-row-mean", "masked_scores": "replaced"},
+        BASE.derive("b = np.zeros(p.q.shape[:3] + (p.n_k,)); b[..., 0, :] = -np.inf; p = p.replace(bias=b)"),
+        "float64", {}, (0, 0, 1, 0)),
+    # a poisoned call: row 0 sees no key and is the mean of the values, the rows that see key 5's NaN are NaN
+    "keyless-row-mean replaced beside a poison": (
+        "keyless_row_mean_replaced", {"deviation": "keyless-row-mean", "masked_scores": "replaced"},
+        _poisoned(_hiding(BASE, [0]), keys=[(0, 1, 5)]), "float64", {}, (1, 0, 1, 0)),
     "keyless-row-nan": ("keyless_row_nan", {"deviation": "keyless-row-nan"}, _hiding(BASE, [0, 3]), "float64", {},
                         (0, 0, 1, 0)),
     "key-blocks-normalised-alone": ("key_blocks_alone", {"deviation": "key-blocks-normalised-alone", "block": 4,
@@ -157,6 +173,20 @@ def test_a_row_the_model_changes_is_explained_whole_where_an_element_equals_the_
         Trial(wrong, problem).call_raw(problem)
 
 
+def test_an_implementation_that_conforms_where_a_deviation_could_show_passes_and_one_off_both_does_not():
+    """flex's compiled kernel zeroes a row with a NaN score at some sizes and returns the oracle's NaN at others: a
+    declared nan-score-row-zero accepts either in each element, and refuses a row that is neither."""
+    problem = _poisoned(BASE, keys=[(1, 0, 3)])
+    fields = {"deviation": "nan-score-row-zero"}
+    variant = _variant("reference", "float64")
+    with deviation_mode(_run(variant, fields)):
+        seen = Trial(variant, problem).call_raw(problem)
+    assert np.isnan(seen[1, 0]).all() and np.isfinite(seen[0]).all()
+    half = _variant("reference", "float64", perturb=lambda out: np.where(np.isnan(out), 0.5, out))
+    with deviation_mode(_run(half, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        Trial(half, problem).call_raw(problem)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_deviation_refuses_one_more_wrong_element(case):
     name, fields, problem, dtype, extra, element = CASES[case]
@@ -229,6 +259,37 @@ def test_accepts_explains_the_reading_it_documents_and_refuses_another_output():
     other = {**fields, "reads": "values-past-the-keys-ignored"}
     with deviation_mode(_run(variant, other)), pytest.raises(PropertyViolation, match="declared deviations predict"):
         Trial(variant, problem).expect_raised(problem, "v longer than k")
+
+
+def test_an_undefined_reading_explains_an_output_of_the_protocols_shape_only_and_its_twin_is_caught():
+    problem = BASE.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2]], axis=2))")
+    fields = {"deviation": "accepts", "reads": "keys-past-the-end-undefined"}
+    variant = _variant("keys_past_the_end_read_from_anywhere", "float64")
+    with deviation_mode(_run(variant, fields)), pytest.raises(ExplainedStop):
+        Trial(variant, problem).expect_raised(problem, "v longer than k")
+    run = _run(variant, fields)
+    trial = Trial(variant, problem)
+    raw = trial.call_raw(problem)
+    wider = perturb._accepted_perturbed(trial, problem, raw, run.deviations)  # the twin's: one column more
+    assert wider.shape == raw.shape[:-1] + (raw.shape[-1] + 1,)
+    widened = _variant("keys_past_the_end_read_from_anywhere", "float64", perturb=lambda out: np.concatenate(
+        [out, np.zeros(out.shape[:-1] + (1,))], axis=-1))
+    with deviation_mode(_run(widened, fields)), pytest.raises(PropertyViolation, match="instead of raising"):
+        Trial(widened, problem).expect_raised(problem, "v longer than k")
+
+
+def test_leading_bias_axes_and_a_bias_of_no_key_are_read_as_flax_reads_them():
+    one = build(d=8, d_v=8, seed=2)
+    broadcast = deviation_from_fields("accepts", {"reads": "leading-bias-axes-broadcast"}, "test")
+    rank5 = np.zeros((1,) + one.q.shape[:3] + (one.n_k,))
+    read = broadcast.accepts(Call(one.q, one.k, one.v, {"bias": rank5}), "a bias of rank 5")
+    assert np.shape(read.keywords["bias"]) == rank5.shape[1:]
+    assert broadcast.accepted_output(np.zeros((1, 1, 1, 1, 8))).shape == (1, 1, 1, 8)
+    assert broadcast.accepted_output(np.zeros((2, 1, 1, 1, 8))).shape == (2, 1, 1, 1, 8)  # not a length-1 axis
+    assert broadcast.accepts(Call(one.q, one.k, one.v, {"bias": np.zeros((2,) + rank5.shape[1:])}), "") is None
+    length_one = deviation_from_fields("accepts", {"reads": "length-one-keys-broadcast"}, "test")
+    read = length_one.accepts(Call(one.q, one.k, one.v, {"bias": np.zeros(one.q.shape[:3] + (0,))}), "")
+    assert np.all(read.oracle.out == 0), "a bias of no key against one key leaves the row no key: output 0"
 
 
 def test_a_key_weight_summed_over_longer_values_is_that_reading_and_no_other():
