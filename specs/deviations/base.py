@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from specs.reference import AttentionResult, attention
+from specs.reference import AttentionResult, attention, repeat_kv
 
 OUTPUTS = ("out", "lse", "dq", "dk", "dv", "dbias", "dsinks")  # what a call returns that a deviation may explain
 
@@ -64,6 +64,21 @@ class Call:
         """The float64 oracle (non-finite inputs allowed where no query sees them)."""
         with np.errstate(all="ignore"):
             return attention(self.q, self.k, self.v, finite=not self.poisoned, **self.oracle_keywords())
+
+    @functools.cached_property
+    def ieee_scores(self) -> np.ndarray:
+        """The scaled scores (then capped, plus the bias) of every row and key as IEEE arithmetic makes them from the
+        inputs as they are: NaN from a NaN, +-inf or NaN from an Inf."""
+        keywords = self.oracle_keywords()
+        with np.errstate(all="ignore"):
+            products = self.q[..., :, None, :] * repeat_kv(self.k, self.group)[..., None, :, :]
+            scores = products.sum(axis=-1) * self.oracle.scale
+            cap = keywords.get("softcap") or 0.0
+            if cap > 0:
+                scores = cap * np.tanh(scores / cap)
+            if keywords.get("bias") is not None:
+                scores = scores + keywords["bias"]
+        return scores
 
     @property
     def group(self) -> int:
@@ -159,6 +174,10 @@ class Deviation:
         """For a call the protocol says must raise (`accepted` names the bad input), the call whose oracle the
         accepting implementation computes instead (None: not this behaviour)."""
         return None
+
+    def accepted_output(self, out: np.ndarray) -> np.ndarray:
+        """The output of an input it accepts, in the shape the protocol gives that reading's oracle."""
+        return out
 
     def output_undefined(self) -> bool:
         """Whether an input it accepts gives an undefined output (nothing to judge but the acceptance)."""

@@ -20,6 +20,8 @@ ACCEPTS_READS = {
                                    "memory past k (the output undefined)",
     "length-one-keys-broadcast": "k (and its bias) of one key broadcast against v's (or the bias's) keys; against "
                                  "a bias of no key, the row has no key left (output 0)",
+    "leading-bias-axes-broadcast": "a bias of rank above 4 read as leading batch axes: the output gains them "
+                                   "(flax's `[batch..., heads, q, k]`), each of length 1 here",
     "one-key-weight-summed-over-values": "v longer than k of one key: that key's weight, 1, broadcast against every "
                                          "value, so the output is the values' sum",
 }
@@ -67,11 +69,15 @@ class Accepts(Deviation):
                 return None
             zeros = np.zeros(call.k.shape[:2] + (n_v - n_k, call.k.shape[3]))
             return dataclasses.replace(call, k=np.concatenate([call.k, zeros], axis=2))
+        bias = call.keywords.get("bias")
+        if self.reads == "leading-bias-axes-broadcast":
+            if bias is None or np.ndim(bias) <= 4 or any(n != 1 for n in np.shape(bias)[:-4]):
+                return None
+            return dataclasses.replace(call, keywords={**call.keywords, "bias": np.reshape(bias, np.shape(bias)[-4:])})
         if self.reads == "one-key-weight-summed-over-values":
             if n_k != 1 or n_v <= n_k:
                 return None  # the sum is the mean of n_v equal-scored keys of n_v times the values
             return dataclasses.replace(call, k=np.repeat(call.k, n_v, axis=2), v=call.v * n_v)
-        bias = call.keywords.get("bias")
         if n_k == 1 and bias is not None and np.shape(bias)[-1] == 0:
             keywords = {key: value for key, value in call.keywords.items() if key != "bias"}
             return dataclasses.replace(call, keywords={**keywords, "mask": np.zeros((1, 1, 1, 1), dtype=bool)})
@@ -85,6 +91,13 @@ class Accepts(Deviation):
             keywords["bias"] = np.repeat(bias, longest, axis=-1)
         return dataclasses.replace(call, k=k, v=v, keywords=keywords)
 
+
+    def accepted_output(self, out: np.ndarray) -> np.ndarray:
+        """The output as the reading makes it, in the protocol's shape: leading axes of length 1 a bias of higher
+        rank added, dropped."""
+        if self.reads == "leading-bias-axes-broadcast" and out.ndim > 4 and all(n == 1 for n in out.shape[:-4]):
+            return out.reshape(out.shape[-4:])
+        return out
 
     def output_undefined(self) -> bool:
         """Whether the accepted input's output is undefined (read from memory past an input)."""

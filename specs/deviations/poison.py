@@ -34,22 +34,6 @@ def _per_kv_head(x: np.ndarray, call: Call) -> np.ndarray:
     return x.reshape(b, heads // call.group, call.group, *x.shape[2:]).any(axis=2)
 
 
-def _raw_scores(call: Call) -> np.ndarray:
-    """The scaled scores (then capped, with ALiBi and the bias) of every row and key as IEEE arithmetic makes them
-    from the inputs as they are: NaN from a NaN, +-inf or NaN from an Inf."""
-    keywords = call.oracle_keywords()
-    scale = call.oracle.scale
-    with np.errstate(all="ignore"):
-        products = call.q[..., :, None, :] * repeat_kv(call.k, call.group)[..., None, :, :]
-        scores = products.sum(axis=-1) * scale
-        cap = keywords.get("softcap") or 0.0
-        if cap > 0:
-            scores = cap * np.tanh(scores / cap)
-        if keywords.get("bias") is not None:
-            scores = scores + keywords["bias"]
-    return scores
-
-
 class HiddenNonFiniteReaches(Deviation):
     name = "hidden-nonfinite-reaches-rows"
     summary = ("a NaN or Inf in a key or value that some row may not see reaches rows anyway: through `values`, "
@@ -86,12 +70,12 @@ class HiddenNonFiniteReaches(Deviation):
             columns = repeat_kv(poisoned.any(axis=2)[:, :, None, :], call.group)[:, :, 0, :]  # (batch, heads, d_v)
             reached |= columns[:, :, None, :]
         if "keys" in self.through:
-            scores = _raw_scores(call)
+            scores = call.ieee_scores
             rows = (~visible & (np.isnan(scores) | np.isposinf(scores))).any(axis=-1)  # (batch, heads, n_q)
             reached |= rows[..., None]
         bias = call.oracle_keywords().get("bias")
         if "bias" in self.through and bias is not None:
-            scores = _raw_scores(call)
+            scores = call.ieee_scores
             hidden_by_bias = np.broadcast_to(np.isneginf(bias), scores.shape)
             reached |= (hidden_by_bias & np.isnan(scores)).any(axis=-1)[..., None]
         if self.across == "pack" and reached.any():
@@ -240,7 +224,7 @@ class NanScoreRowZero(Deviation):
     def predicted_values(self, call):
         if not call.poisoned:
             return {}
-        scores = _raw_scores(call)
+        scores = call.ieee_scores
         rows = (_visibility(call) & np.isnan(scores)).any(axis=-1)
         if not rows.any():
             return {}

@@ -39,8 +39,9 @@ class Float32Result(Float32Softmax):
 class ScoresRoundedBeforeSoftmax(Deviation):
     name = "scores-rounded-before-softmax"
     summary = ("in half precision q k^T is rounded to the dtype, then scaled by the scale as a float32 number (a "
-               "tensor times a Python float) and rounded again, modified (cap, bias, each step rounded) before a "
-               "float32 softmax, whose weights are rounded again before P V: judged against that formula's own "
+               "tensor times a Python float) and rounded again, modified (the cap a float32 number too, each step "
+               "rounded) before a float32 softmax, whose weights are rounded again before P V: judged against that "
+               "formula's own "
                "error in the dtype (K x the naive error, as every implementation is); `max_subtracted` 'dtype': "
                "the row's maximum is first subtracted in the dtype, each difference rounded")
     parameters: ClassVar[dict[str, str]] = {
@@ -64,10 +65,16 @@ class ScoresRoundedBeforeSoftmax(Deviation):
         shape = check_shapes(q, k, v, finite=False)
         products = matmul(q.astype(dtype), repeat_kv(k.astype(dtype), shape.group).swapaxes(-1, -2)).astype(dtype)
         scores = (products.astype(np.float32) * np.float32(result.scale)).astype(dtype)  # the scale not rounded
-        if result.mods.any:
+        mods = result.mods
+        if mods.softcap > 0:  # a tensor over a Python float, tanh, times it again: each in float32, then rounded
+            cap = np.float32(mods.softcap)
+            scores = (np.tanh((scores.astype(np.float32) / cap).astype(dtype).astype(np.float32)).astype(dtype)
+                      .astype(np.float32) * cap).astype(dtype)
+            mods = dataclasses.replace(mods, softcap=0.0)
+        if mods.any:
             offset = alignment_offset(shape, keywords.get("causal_alignment", "top_left"))
             with np.errstate(invalid="ignore"):
-                scores = modify_scores(scores, result.mods, shape, offset)
+                scores = modify_scores(scores, mods, shape, offset)
         if result.allowed is not None:
             scores = np.where(result.allowed, scores, dtype.type(-np.inf))
         if self.max_subtracted == "dtype":

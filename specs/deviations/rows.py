@@ -13,6 +13,7 @@ from specs.deviations.base import Call, Deviation, DeviationError
 from specs.deviations.reach import rows_to_gradients
 from specs.dtypes import finfo, numpy_dtype
 from specs.reference import AttentionResult, attention, matmul, repeat_kv, visible_keys
+from specs.tolerance import unit_roundoff
 from specs.validation import check_shapes
 
 MASKED_SCORES = ("added", "replaced")
@@ -27,6 +28,16 @@ def keyless_rows(result: AttentionResult) -> np.ndarray:
     if result.mods.sinks is not None:
         rows = rows & np.isneginf(result.mods.sinks)[None, :, None]
     return rows
+
+
+def _hidden_by_boolean_parts(result: AttentionResult, shape, keywords: dict) -> np.ndarray:
+    """(batch, heads, n_q, n_k): the keys the boolean parts of a call (mask, causal, window) hide, its bias aside."""
+    boolean = visible_keys(shape, causal=keywords.get("causal", False),
+                           causal_alignment=keywords.get("causal_alignment", "top_left"),
+                           mask=None if keywords.get("mask") is None else np.broadcast_to(keywords["mask"],
+                                                                                          shape.scores_shape),
+                           mods=dataclasses.replace(result.mods, bias=None))
+    return np.zeros(shape.scores_shape, dtype=bool) if boolean is None else ~boolean
 
 
 class KeylessRowMean(Deviation):
@@ -57,12 +68,7 @@ class KeylessRowMean(Deviation):
             keys = np.ones(shape.scores_shape, dtype=bool) if bias is None else np.broadcast_to(
                 bias > -np.inf, shape.scores_shape)
         else:  # replaced: the keys the boolean parts (mask, causal, window) hide get the large negative
-            boolean = visible_keys(shape, causal=keywords.get("causal", False),
-                                   causal_alignment=keywords.get("causal_alignment", "top_left"),
-                                   mask=None if keywords.get("mask") is None else np.broadcast_to(
-                                       keywords["mask"], shape.scores_shape),
-                                   mods=dataclasses.replace(result.mods, bias=None))
-            keys = np.ones(shape.scores_shape, dtype=bool) if boolean is None else ~boolean
+            keys = _hidden_by_boolean_parts(result, shape, keywords)
         return rows, keys
 
     def transform(self, result, q, k, v, keywords):
@@ -87,11 +93,55 @@ class KeylessRowMean(Deviation):
         rows, keys = self._averaged(result, call.q, call.k, call.v, call.oracle_keywords())
         return rows & (keys.sum(axis=-1) == 0)
 
+    def _dead_rows(self, call: Call) -> tuple[np.ndarray, np.ndarray]:
+        """In a call with an Inf in its inputs: the rows with no visible key or every visible one scored -inf (the
+        oracle gives them weight 0 and output 0), and each one's mean over the keys the mask hid with a score left
+        finite in IEEE arithmetic (added: finfo.min plus the score, so not a key the poison scores -inf; replaced:
+        every key the boolean parts hide); NaN where none is left or a value averaged is not finite."""
+        out = call.oracle.out
+        none = np.zeros(out.shape[:-1], dtype=bool), np.zeros(out.shape)
+        if not call.poisoned or call.oracle.allowed is None:
+            return none
+        visible = call.oracle.allowed
+        scores = call.ieee_scores
+        rows = ~(visible & ~np.isneginf(scores)).any(axis=-1) & np.isfinite(out).all(axis=-1)
+        if not rows.any():
+            return none
+        if self.masked_scores == "added":
+            keys = ~visible & np.isfinite(scores)
+        else:
+            keys = _hidden_by_boolean_parts(call.oracle, check_shapes(call.q, call.k, call.v, finite=False),
+                                            call.oracle_keywords())
+        count = keys.sum(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = matmul(keys / count, repeat_kv(np.where(np.isfinite(call.v), call.v, np.nan), call.group))
+        if self.masked_scores == "added":  # finfo.min plus a NaN or +inf score is NaN or +inf: the row is NaN
+            mean = np.where((~visible & (np.isnan(scores) | np.isposinf(scores))).any(axis=-1, keepdims=True),
+                            np.nan, mean)
+        return rows, np.where(rows[..., None], mean, 0.0)
+
     def non_finite(self, call):
         rows = self._nan_rows(call)
-        if not rows.any():
+        dead, mean = self._dead_rows(call)
+        reached = np.broadcast_to(rows[..., None], call.oracle.out.shape) | (dead[..., None] & ~np.isfinite(mean))
+        if not reached.any():
             return {}
-        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
+        return {"out": reached.copy(), "lse": rows}
+
+    def extra_allowance(self, call):
+        """A row the poison leaves with no finite visible score is a mean of `count` values, each weight 1/count
+        rounded, summed in the dtype: (count + 1) u max|v| (the garbage call's allowance knows nothing of it)."""
+        dead, _ = self._dead_rows(call)
+        if not dead.any():
+            return {}
+        largest = float(np.abs(np.where(np.isfinite(call.v), call.v, 0.0)).max(initial=0.0))
+        bound = (call.k.shape[2] + 1) * unit_roundoff(call.dtype) * largest
+        return {"out": np.where(dead[..., None], bound, 0.0) * np.ones(call.oracle.out.shape)}
+
+    def predicted_values(self, call):
+        dead, mean = self._dead_rows(call)
+        finite = dead[..., None] & np.isfinite(mean)
+        return {"out": (finite, np.where(finite, mean, 0.0))} if finite.any() else {}
 
     def non_finite_gradients(self, call):
         return rows_to_gradients(call, self._nan_rows(call))
