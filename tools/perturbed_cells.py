@@ -9,7 +9,10 @@ in TWIN it must be an unexpected failure. Each cell is one of:
 - caught: unexpected in TWIN, as it must be;
 - hidden: still declared in TWIN: the declaration hides an error, which must never be;
 - not reached: TWIN passed it, the twin moved nothing (no example where the deviation fires reached a call the
-  twin perturbs; listed, with the cell's first failed property).
+  twin perturbs; listed, with the cell's first failed property);
+- refuted: the claim's seed sentence is false, and TWIN's failure is its refutation: a property written to show that
+  every implementation breaks the sentence cannot tell a wrong element from the sentence's own error (the wrong
+  element is the other claims' to catch); listed apart, never counted as caught.
 With --old-table (the message-pattern table before deviations: rows of `subject`, `claim`, `dtypes`, `match`, and
 optional `properties`), each caught cell is also judged by that table's rule (a row of its subject, claim and dtype
 whose regex is found in the failure's message, among its properties when it names some): the count of the
@@ -67,12 +70,14 @@ def old_table_covers(rows: list[dict], variant: str, claim: str, verdict: dict) 
 def judge(run: dict, twin: dict, old_rows: list[dict] | None = None) -> dict:
     """Every declared cell of `run`, sorted into caught, hidden and not reached by `twin`'s verdicts."""
     twin_cells = _cells(twin)
-    result = {"cells": 0, "caught": [], "hidden": [], "not reached": [], "hidden by the old table": []}
+    result = {"cells": 0, "caught": [], "hidden": [], "not reached": [], "refuted": [], "hidden by the old table": []}
     for key in declared_cells(run):
         result["cells"] += 1
         verdict = twin_cells.get(key)
         if verdict is None or verdict["status"] not in ("fail", "error"):
             result["not reached"].append(list(key))
+        elif verdict.get("expected") and verdict.get("why", "").startswith(REFUTED):
+            result["refuted"].append(list(key))
         elif verdict.get("expected"):
             result["hidden"].append(list(key))
         else:
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = judge(_report(args.run), _report(args.twin), _old_rows(args.old_table) if args.old_table else None)
     print(f"declared cells tried: {result['cells']}; caught {len(result['caught'])}, hidden {len(result['hidden'])}, "
-          f"not reached {len(result['not reached'])}")
+          f"not reached {len(result['not reached'])}, refuted {len(result['refuted'])}")
     if args.old_table:
         print(f"the same perturbed failures under {args.old_table.name}: {len(result['hidden by the old table'])} "
               f"of {len(result['caught'])} declared (hidden)")
@@ -99,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HIDDEN {variant} {claim}")
     for variant, claim in result["not reached"]:
         print(f"not reached {variant} {claim}")
+    for variant, claim in result["refuted"]:
+        print(f"refuted {variant} {claim}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return 1 if result["hidden"] else 0

@@ -2,12 +2,13 @@
 wherever a declared deviation explains something, so that a run shows whether its declarations hide the error.
 
 In a call where a declared deviation fires (it explains elements the implementation returns off the oracle), one
-element moves: the first element no deviation explains, by twice its allowance (so the failure reads as the
-declared one's would); where the deviations explain every element, the first one they predict a value of, by twice
-that allowance; a predicted non-finite element is made finite; a call whose every output is undefined raises an
-error no deviation names. A raised error a deviation explains becomes another error; a report it explains, another
-report. Each must then be an unexpected failure (tools/perturbed_cells.py reads the verdicts against a run without
-the twin). Nothing changes outside deviation-declaring cells or in calls where no deviation fires.
+element moves: the first element no deviation explains, by twice its allowance (so the failure reads as the declared
+one's would); where the deviations explain every element, the first one they predict a value of, by twice that
+allowance; a predicted non-finite element is made finite and off the oracle; a call whose every output is undefined
+raises an error no deviation names; an accepted bad input whose reading's output is undefined comes back one column
+wider. A raised error a deviation explains becomes another error; a report it explains, another report. Each must
+then be an unexpected failure (tools/perturbed_cells.py reads the verdicts against a run without the twin). Nothing
+changes outside deviation-declaring cells or in calls where no deviation fires.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from harness.api.explain import (
+    accepted_reading,
     backward_prediction,
     deviation_call,
     forward_prediction,
@@ -26,8 +28,6 @@ from harness.engine import run_context
 from harness.engine.declarations import RUNNING
 from harness.engine.guarded_call import CallFailed, as_numpy
 from specs.deviations import Call
-from specs.tolerance import ToleranceUndefined, forward_allowance
-from specs.validation import AttentionInputError
 
 PERTURBED = "PerturbedError"  # the error no deviation names
 
@@ -59,7 +59,7 @@ def _moved(outputs) -> tuple[int, tuple, object] | None:
         predicted = judged.non_finite & np.isfinite(judged.reference)
         if predicted.any():
             at = tuple(int(i) for i in np.argwhere(predicted)[0])
-            return number, at, judged.reference[at]
+            return number, at, judged.reference[at] + 2 * judged.allowed[at] + 1e-300  # finite, and not the oracle's
         return number, None, None
     return None
 
@@ -104,25 +104,17 @@ def perturbed_output(trial, problem, extra: Mapping, raw: object) -> object:
 
 def _accepted_perturbed(trial, problem, raw: object, deviations) -> object:
     """A bad input a declared deviation says the implementation reads some way: one element of that reading's
-    output moved by twice its allowance."""
-    out = as_numpy(raw)
-    call = deviation_call(trial, problem)
-    for deviation in deviations:
-        read = deviation.accepts(call, "")
-        if read is None or out is None:
-            continue
-        try:
-            result, allowance = forward_allowance(read.q, read.k, read.v, dtype=trial.variant.dtype,
-                                                  **read.oracle_keywords())
-        except (ToleranceUndefined, AttentionInputError):
-            continue
-        if result.out.shape != out.shape:
-            continue
-        moved = np.array(out, copy=True)
-        bound = np.broadcast_to(allowance.bound, out.shape)
-        moved.flat[0] = moved.flat[0] + 2 * bound.flat[0] + 1e-300
-        return moved
-    return raw
+    output moved by twice the allowance it is judged by; where the reading's output is undefined, an output of
+    another shape (one column more)."""
+    found = accepted_reading(trial, problem, raw, "", deviations)
+    if found is None:
+        return raw
+    allowed = found[4]
+    moved = np.array(as_numpy(raw), copy=True)
+    if allowed is None:
+        return np.concatenate([moved, np.zeros(moved.shape[:-1] + (1,), moved.dtype)], axis=-1)
+    moved.flat[0] = moved.flat[0] + 2 * allowed.flat[0] + 1e-300
+    return moved
 
 
 def perturbed_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: tuple[str, ...],
