@@ -168,4 +168,4 @@ def flax_linen_attention(q, k, v, *, causal=False, mask=None, bias=None):
     out = linen.dot_product_attention(*(jnp.asarray(_bthd(x)) for x in (q, k, v)),
                                       bias=None if bias is None else jnp.asarray(check_bias_values(bias)),
                                       mask=None if mask is None else jnp.asarray(mask))
-    return np.asarray(_bthd(np.asarray(out)))
+    return np.swapaxes(np.asarray(out), -3, -2)  # [batch..., q, heads, d]: the batch axes a bias adds stay in front
