@@ -38,15 +38,16 @@ def source_problems(draw, variant: Variant, face: str, *, max_batch: int, max_n:
 
 
 def check_sequence(trial: Trial, b: int, got: np.ndarray, lse: object, exact: tuple[np.ndarray, ...], problem: Problem,
-                   script: str) -> None:
+                   script: str, pack_keys: int | None = None) -> None:
     """Sequence b (dense batch entry b, cut to the keys in `exact`): its output `got` (1, heads, n_q, d_v) within
     the tolerance model of its own dense attention, and its log-sum-exp `lse` (1, heads, n_q; None when not asked)
     equal to the oracle's where that is infinite and within specs.tolerance.lse_allowance elsewhere. A sequence
-    with no key has output 0 and log-sum-exp -inf (its sink's)."""
+    with no key has output 0 and log-sum-exp -inf (its sink's). `pack_keys`: the pack's longest sequence of keys,
+    for a declared deviation that pads to it."""
     __tracebackhide__ = True
     kwargs = sequence_kwargs(trial.oracle_kwargs(problem), b)
     got, lse = perturbed_sequence(trial, exact, kwargs, got, lse)  # the meta-test's twin (--perturb-declared)
-    got, lse = judge_sequence(trial, problem, exact, kwargs, got, lse)  # a declared deviation's second run
+    got, lse = judge_sequence(trial, problem, exact, kwargs, got, lse, pack_keys)  # a declared deviation's 2nd run
     what = f"out of sequence {b}"
     if not exact[1].shape[2]:
         if np.any(got != 0):

@@ -70,7 +70,8 @@ def _check_each_sequence(variant, data, fill: str) -> None:
             continue
         q, k, v = (x[b:b + 1, :, :n] for x, n in zip(exact, (lengths_q[b], lengths_k[b], lengths_k[b]), strict=True))
         got = out[rows].transpose(1, 0, 2)[None]
-        check_sequence(trial, b, got, None if lse is None else lse[:, rows][None], (q, k, v), problem, script)
+        check_sequence(trial, b, got, None if lse is None else lse[:, rows][None], (q, k, v), problem, script,
+                       pack_keys=max(lengths_k))
 
 
 @checks("varlen-is-each-sequence-alone")

@@ -212,10 +212,11 @@ def judge_output(trial, problem, extra: Mapping, raw: object) -> object:
 
 
 def judge_sequence(trial, problem, exact: tuple[np.ndarray, ...], keywords: Mapping, out: np.ndarray,
-                   lse: object) -> tuple[np.ndarray, object]:
+                   lse: object, pack_keys: int | None = None) -> tuple[np.ndarray, object]:
     """One packed sequence's output (1, heads, n_q, d_v) and log-sum-exp as the property sees them in deviation mode:
     judged as a dense call on the sequence's own q, k, v and `keywords` (specs.varlen.sequence_kwargs). A sequence
-    with no key is judged as one whose single key is hidden (value 0: the padding an implementation averages)."""
+    with no key is judged as one whose single key is hidden (value 0: the padding an implementation averages);
+    `pack_keys`, the pack's longest sequence of keys, reaches the deviations as the tile keyword of that name."""
     __tracebackhide__ = True
     run = active()
     if run is None:
@@ -226,7 +227,8 @@ def judge_sequence(trial, problem, exact: tuple[np.ndarray, ...], keywords: Mapp
         k, v = np.zeros(k.shape[:2] + (1, k.shape[3])), np.zeros(v.shape[:2] + (1, v.shape[3]))
         keywords["mask"] = np.zeros((1, 1, 1, 1), dtype=bool)
     alignment = keywords.pop("causal_alignment", trial.variant.capabilities.causal_alignment)
-    call = Call(q, k, v, keywords, trial.variant.dtype, alignment)
+    call = Call(q, k, v, keywords, trial.variant.dtype, alignment, tiles={} if pack_keys is None else {
+        "pack_keys": pack_keys})
     lse_array = None if lse is None else as_numpy(lse).astype(np.float64)
     judged = _plain_forward(trial, problem, call, {**keywords, "causal_alignment": alignment},
                             np.asarray(out, dtype=np.float64), lse_array, run)

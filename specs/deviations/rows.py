@@ -49,7 +49,10 @@ class KeylessRowMean(Deviation):
         "masked_scores": "'added': the large negative is added to the score, so a key with a -inf bias stays -inf and "
                          "the row's gradients flow through its scores (transformers' eager_mask); 'replaced': hidden "
                          "scores are replaced, bias and all, and the row's weights are constants of the backward "
-                         "(jax.nn, flax: jnp.where)"}
+                         "(jax.nn, flax: jnp.where)",
+        "pack_padding": "'none' (default), or 'zeros': a varlen pack's sequences are padded with zero keys and "
+                        "values to its longest (the `pack_keys` of the call: jax.nn's sequence lengths), and a row "
+                        "with no key averages the padding too"}
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
@@ -57,6 +60,9 @@ class KeylessRowMean(Deviation):
         if self.masked_scores not in MASKED_SCORES:
             raise DeviationError(f"keyless-row-mean: masked_scores is one of {MASKED_SCORES}, got "
                                  f"{self.masked_scores!r}")
+        self.pack_padding = params.get("pack_padding", "none")
+        if self.pack_padding not in ("none", "zeros"):
+            raise DeviationError(f"keyless-row-mean: pack_padding is 'none' or 'zeros', got {self.pack_padding!r}")
 
     def _averaged(self, result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                   keywords: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +79,9 @@ class KeylessRowMean(Deviation):
 
     def transform(self, result, q, k, v, keywords):
         rows, keys = self._averaged(result, q, k, v, keywords)
-        count = keys.sum(axis=-1)
+        # zero keys and values a pack pads the sequence with, each hidden: weighed too, adding nothing to the sum
+        padding = max(int(keywords.get("pack_keys") or 0) - k.shape[2], 0) if self.pack_padding == "zeros" else 0
+        count = keys.sum(axis=-1) + padding
         averaged = rows & (count > 0)
         if not averaged.any():
             return result
@@ -91,6 +99,8 @@ class KeylessRowMean(Deviation):
     def _nan_rows(self, call: Call) -> np.ndarray:
         result = call.oracle
         rows, keys = self._averaged(result, call.q, call.k, call.v, call.oracle_keywords())
+        if self.pack_padding == "zeros" and int(call.tiles.get("pack_keys") or 0) > call.k.shape[2]:
+            return np.zeros(rows.shape, dtype=bool)  # the padding's zero keys are left to average
         return rows & (keys.sum(axis=-1) == 0)
 
     def _dead_rows(self, call: Call) -> tuple[np.ndarray, np.ndarray]:

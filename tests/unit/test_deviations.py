@@ -292,6 +292,23 @@ def test_leading_bias_axes_and_a_bias_of_no_key_are_read_as_flax_reads_them():
     assert np.all(read.oracle.out == 0), "a bias of no key against one key leaves the row no key: output 0"
 
 
+def test_a_keyless_row_of_a_padded_pack_averages_the_padding_too():
+    """jax.nn's sequence lengths pad each sequence with zero keys and values to the pack's longest: a row with no key
+    is its values' sum over that length, which the call's `pack_keys` gives; without it, their mean."""
+    problem = _hiding(build(n_q=3, n_k=4, d=4, seed=9), [1])
+    q, k, v = problem.q, problem.k, problem.v
+    keywords = {"mask": problem.mask}
+    padded = deviation_from_fields("keyless-row-mean", {"masked_scores": "replaced", "pack_padding": "zeros"}, "t")
+    plain = deviation_from_fields("keyless-row-mean", {"masked_scores": "replaced"}, "t")
+    oracle = attention(q, k, v, **keywords)
+    summed = v[0, 0].sum(axis=0)
+    np.testing.assert_allclose(padded.transform(oracle, q, k, v, {**keywords, "pack_keys": 10}).out[0, 0, 1],
+                               summed / 10, rtol=1e-12)
+    np.testing.assert_allclose(plain.transform(oracle, q, k, v, {**keywords, "pack_keys": 10}).out[0, 0, 1],
+                               summed / 4, rtol=1e-12)
+    np.testing.assert_allclose(padded.transform(oracle, q, k, v, keywords).out[0, 0, 1], summed / 4, rtol=1e-12)
+
+
 def test_a_key_weight_summed_over_longer_values_is_that_reading_and_no_other():
     problem = build(heads=2, n_q=3, n_k=1, d=4, seed=3).derive(
         "p = p.replace(v=np.concatenate([p.v, p.v * 2 + 1, p.v - 3], axis=2))")
