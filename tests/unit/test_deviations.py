@@ -250,32 +250,48 @@ def test_rejects_explains_its_error_and_no_other():
         Trial(variant, problem).call(problem)
 
 
-def test_accepts_explains_the_reading_it_documents_and_refuses_another_output():
-    problem = BASE.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2] * 3], axis=2))")
-    fields = {"deviation": "accepts", "reads": "keys-past-the-end-read-as-zeros"}
-    variant = _variant("keys_past_the_end_zero", "float64")
-    with deviation_mode(_run(variant, fields)), pytest.raises(ExplainedStop):
+READINGS = {  # reads: (the fixture that reads v longer than k so, the problem, the readings it is not)
+    "keys-past-the-end-read-as-zeros": ("keys_past_the_end_zero", BASE.derive(
+        "p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2] * 3], axis=2))"), ["values-past-the-keys-ignored"]),
+    "keys-past-the-end-undefined": ("keys_past_the_end_read_from_anywhere", BASE.derive(
+        "p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2]], axis=2))"), []),
+    # the mean, the first value: not the sum
+    "one-key-weight-summed-over-values": ("one_key_weight_summed", build(heads=2, n_q=3, n_k=1, d=4, seed=3).derive(
+        "p = p.replace(v=np.concatenate([p.v, p.v * 2 + 1, p.v - 3], axis=2))"),
+        ["length-one-keys-broadcast", "values-past-the-keys-ignored"]),
+}
+
+
+def _judge_acceptance(variant: Variant, reads: str, problem: Problem) -> None:
+    """The variant's answer to v longer than k, judged in deviation mode under accepts(reads): raises ExplainedStop
+    when the reading explains it, PropertyViolation when not."""
+    with deviation_mode(_run(variant, {"deviation": "accepts", "reads": reads})):
         Trial(variant, problem).expect_raised(problem, "v longer than k")
-    other = {**fields, "reads": "values-past-the-keys-ignored"}
-    with deviation_mode(_run(variant, other)), pytest.raises(PropertyViolation, match="declared deviations predict"):
-        Trial(variant, problem).expect_raised(problem, "v longer than k")
+
+
+@pytest.mark.parametrize("reads", sorted(READINGS))
+def test_accepts_explains_the_reading_it_documents_and_refuses_another_output(reads):
+    fixture, problem, others = READINGS[reads]
+    variant = _variant(fixture, "float64")
+    with pytest.raises(ExplainedStop):
+        _judge_acceptance(variant, reads, problem)
+    for other in others:
+        with pytest.raises(PropertyViolation, match="declared deviations predict"):
+            _judge_acceptance(variant, other, problem)
 
 
 def test_an_undefined_reading_explains_an_output_of_the_protocols_shape_only_and_its_twin_is_caught():
-    problem = BASE.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2]], axis=2))")
-    fields = {"deviation": "accepts", "reads": "keys-past-the-end-undefined"}
-    variant = _variant("keys_past_the_end_read_from_anywhere", "float64")
-    with deviation_mode(_run(variant, fields)), pytest.raises(ExplainedStop):
-        Trial(variant, problem).expect_raised(problem, "v longer than k")
-    run = _run(variant, fields)
-    trial = Trial(variant, problem)
+    reads = "keys-past-the-end-undefined"
+    fixture, problem, _ = READINGS[reads]
+    trial = Trial(_variant(fixture, "float64"), problem)
     raw = trial.call_raw(problem)
-    wider = perturb._accepted_perturbed(trial, problem, raw, run.deviations)  # the twin's: one column more
+    deviations = (deviation_from_fields("accepts", {"reads": reads}, "test"),)
+    wider = perturb._accepted_perturbed(trial, problem, raw, deviations)  # the twin's: one column more
     assert wider.shape == raw.shape[:-1] + (raw.shape[-1] + 1,)
-    widened = _variant("keys_past_the_end_read_from_anywhere", "float64", perturb=lambda out: np.concatenate(
-        [out, np.zeros(out.shape[:-1] + (1,))], axis=-1))
-    with deviation_mode(_run(widened, fields)), pytest.raises(PropertyViolation, match="instead of raising"):
-        Trial(widened, problem).expect_raised(problem, "v longer than k")
+    widened = _variant(fixture, "float64", perturb=lambda out: np.concatenate([out, np.zeros(out.shape[:-1] + (1,))],
+                                                                              axis=-1))
+    with pytest.raises(PropertyViolation, match="instead of raising"):
+        _judge_acceptance(widened, reads, problem)
 
 
 def test_leading_bias_axes_and_a_bias_of_no_key_are_read_as_flax_reads_them():
@@ -307,19 +323,6 @@ def test_a_keyless_row_of_a_padded_pack_averages_the_padding_too():
     np.testing.assert_allclose(plain.transform(oracle, q, k, v, {**keywords, "pack_keys": 10}).out[0, 0, 1],
                                summed / 4, rtol=1e-12)
     np.testing.assert_allclose(padded.transform(oracle, q, k, v, keywords).out[0, 0, 1], summed / 4, rtol=1e-12)
-
-
-def test_a_key_weight_summed_over_longer_values_is_that_reading_and_no_other():
-    problem = build(heads=2, n_q=3, n_k=1, d=4, seed=3).derive(
-        "p = p.replace(v=np.concatenate([p.v, p.v * 2 + 1, p.v - 3], axis=2))")
-    fields = {"deviation": "accepts", "reads": "one-key-weight-summed-over-values"}
-    variant = _variant("one_key_weight_summed", "float64")
-    with deviation_mode(_run(variant, fields)), pytest.raises(ExplainedStop):
-        Trial(variant, problem).expect_raised(problem, "v longer than k")
-    for other in ("length-one-keys-broadcast", "values-past-the-keys-ignored"):  # the mean, the first value
-        with deviation_mode(_run(variant, {**fields, "reads": other})), pytest.raises(
-                PropertyViolation, match="declared deviations predict"):
-            Trial(variant, problem).expect_raised(problem, "v longer than k")
 
 
 def test_report_deviations_explain_their_own_findings_only():
