@@ -49,8 +49,8 @@ def _where(mask: np.ndarray, name: str) -> str:
     if mask.ndim < 2:
         picked = [int(i) for i in np.argwhere(mask)[:3, 0]] if mask.ndim else []
         return f"{name} {picked}"
-    rows = sorted({tuple(int(i) for i in index[:-1]) for index in np.argwhere(mask)})
-    shown = ", ".join(map(str, rows[:3])) + (", ..." if len(rows) > 3 else "")
+    rows = np.argwhere(mask.any(axis=-1))  # in lexicographic order, each row once
+    shown = ", ".join(str(tuple(int(i) for i in row)) for row in rows[:3]) + (", ..." if len(rows) > 3 else "")
     return f"{name} rows [{shown}] ({int(mask.sum())} elements)"
 
 

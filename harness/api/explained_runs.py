@@ -2,8 +2,9 @@
 
 `explained(test)` wraps a property (harness.api.markers.checks does, for every property). When the property fails on
 an example and the subject declares deviations for the failure's claims on its dtype, the same example runs again,
-its draws replayed, under deviation mode (harness.engine.explanation): every call is judged against the deviations
-and the property sees a conforming implementation's values where they explain the output (harness.api.explain).
+its draws and the implementation's calls replayed (harness.engine.call_replay), under deviation mode
+(harness.engine.explanation): every call is judged against the deviations and the property sees a
+conforming implementation's values where they explain the output (harness.api.explain).
 - The second run completes: the example is fully explained. It is recorded as a declared failure (the
   RunningCheck's `declared`) and does not raise, so Hypothesis neither shrinks nor stops on it and goes on to the
   next example, where another failure may be undeclared.
@@ -25,6 +26,7 @@ from hypothesis.errors import UnsatisfiedAssumption
 from harness.api.accept_candidates import candidates
 from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.engine import run_context
+from harness.engine.call_replay import recording, replaying
 from harness.engine.declarations import RUNNING, DeclaredExample, RunningCheck
 from harness.engine.explanation import DeviationRun, ExplainedStop, active, deviation_mode
 from protocol.known_defects import Row
@@ -161,7 +163,8 @@ def explained(test: Callable) -> Callable:
             return test(*args, **kwargs)
         recorded = {name: _RecordingData(value) if _is_data(value) else value for name, value in kwargs.items()}
         try:
-            return test(*args, **recorded)
+            with recording() as calls:
+                return test(*args, **recorded)
         except DeclaredViolation:
             raise
         except PropertyViolation as failure:
@@ -171,7 +174,8 @@ def explained(test: Callable) -> Callable:
             def run_again():
                 replayed = {name: _ReplayedData(value) if isinstance(value, _RecordingData) else value
                             for name, value in recorded.items()}
-                test(*args, **replayed)
+                with replaying(calls):
+                    test(*args, **replayed)
 
             if not rows:
                 if accepting and _accepted(running, claims, failure, run_again):
@@ -188,7 +192,7 @@ def explained(test: Callable) -> Callable:
                     return None
                 raise
             if not deviation_run.fired:
-                raise  # the second run passed without any deviation changing a value: the implementation is flaky
+                raise  # the second run passed with no deviation changing a value: a call not replayed answered anew
             undeclared = _undeclared_for(claims, rows, deviation_run.fired)
             if undeclared:
                 raise failure.noted(f"explained by {', '.join(sorted(deviation_run.fired))}, which "

@@ -23,6 +23,7 @@ from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbe
 from harness.api.repro import call_line_for, index_code, repro_snippet
 from harness.engine import run_context
 from harness.engine.backward import backward_of
+from harness.engine.call_replay import kept_call
 from harness.engine.declarations import RUNNING, all_refuted
 from harness.engine.explanation import active
 from harness.engine.guarded_call import CallFailed, as_numpy, call_in_process, checked_array, non_finite_summary
@@ -108,10 +109,12 @@ class Trial:
         kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
         started = time.perf_counter()
         try:
-            if impl.target in run_context.current().isolated_targets:
-                raw = call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
-            else:
-                raw = call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
+            def call() -> object:
+                if impl.target in run_context.current().isolated_targets:
+                    return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
+                return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
+
+            raw = kept_call(call, "forward", impl.name, impl.target, impl.fn, arrays, self.layout, kwargs, global_seed)
             raw = perturbed_output(self, problem, extra, raw)
         except CallFailed as failure:
             failure = perturbed_failure(self, problem, failure)
@@ -131,8 +134,10 @@ class Trial:
         __tracebackhide__ = True
         started = time.perf_counter()
         try:
-            grads = backward_of(self.variant.impl, *self.inputs(problem), d_out,
-                                **problem.handed(self.variant.dtype).kwargs(), **extra, wrt=wrt)
+            impl, inputs = self.variant.impl, self.inputs(problem)
+            kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
+            grads = kept_call(lambda: backward_of(impl, *inputs, d_out, **kwargs, wrt=wrt),
+                              "backward", impl.name, impl.target, impl.fn, inputs, d_out, kwargs, wrt)
             grads = perturbed_gradients(self, problem, d_out, extra, wrt, grads)
         except CallFailed as failure:
             failure = perturbed_failure(self, problem, failure)
