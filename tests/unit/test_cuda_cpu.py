@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from impls.cuda.runtime.cpu_build import compiler_unavailable, rewrite_dynamic_shared
+from impls.cuda.runtime.cpu_build import PROJECT, compiler_unavailable, rewrite_dynamic_shared, translation_unit
 from impls.cuda.runtime.execute import execute
 from impls.cuda.runtime.launch import KernelSource, Launch
 from impls.cuda.runtime.on_cpu import KernelDefect, KernelLaunchError, run_on_cpu_with_diagnostics
@@ -45,6 +45,16 @@ def test_barriers_shuffles_and_shared_memory_compute_block_sums(dtype):
     sums = execute(PROBES, sums_launch(values), "cpu")[1]
     expected = [values[i:i + 128].astype(np.float64).sum() for i in range(0, 300, 128)]
     np.testing.assert_array_equal(sums, expected)
+
+
+def test_a_kernel_of_the_project_builds_the_same_wherever_the_project_lives(tmp_path):
+    """The build is cached by the translation unit's text: it names the kernel relative to the project, so a fresh
+    clone reuses what another clone built; a kernel outside the project keeps its absolute path."""
+    unit = translation_unit(PROBES)
+    assert str(PROJECT) not in unit and '#line 1 "tests/fixtures/cuda/emulator_probes.cu"' in unit
+    outside = tmp_path / "k.cu"
+    outside.write_text("__global__ void k() {}\n")
+    assert f'#line 1 "{outside.resolve()}"' in translation_unit(KernelSource(outside, ("k",)))
 
 
 def test_votes_and_shuffles_follow_cuda_lane_rules():

@@ -27,6 +27,7 @@ from pathlib import Path
 from impls.cuda.runtime.launch import KernelSource
 
 RUNTIME_DIR = Path(__file__).parents[1] / "cpu"
+PROJECT = Path(__file__).resolve().parents[3]  # the kernels of impls/cuda/kernels are named relative to it
 _RUNTIME_FILES = ("cuda_cpu.h", "runtime.cpp", "driver.cpp", "include/cuda_fp16.h", "include/cuda_bf16.h",
                   "include/mma.h")
 _COMMON = ("-std=c++20", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-pthread")
@@ -74,10 +75,17 @@ def rewrite_dynamic_shared(source: str) -> str:
         source)
 
 
+def _shown_path(path: Path) -> str:
+    """The kernel's path in diagnostics and in the build's key: relative to the project for its own kernels, so
+    that every clone and worktree of it shares one build (an absolute path made each fresh clone build anew)."""
+    path = path.resolve()
+    return str(path.relative_to(PROJECT)) if path.is_relative_to(PROJECT) else str(path)
+
+
 def translation_unit(kernel: KernelSource) -> str:
     """The kernel, rewritten, with the launch table over its entries."""
     table = ",\n    ".join(f"&cuda_cpu::invoke<&{entry}>" for entry in kernel.entries)
-    return (f"#line 1 \"{kernel.path.resolve()}\"\n{rewrite_dynamic_shared(kernel.text())}\n"
+    return (f"#line 1 \"{_shown_path(kernel.path)}\"\n{rewrite_dynamic_shared(kernel.text())}\n"
             "#line 1 \"cuda_cpu_launch_table\"\n"
             f"static const cuda_cpu::Invoke cuda_cpu_entries[] = {{\n    {table}\n}};\n"
             "extern \"C\" int cuda_cpu_launch(int entry, const unsigned* grid, const unsigned* block,\n"
