@@ -7,9 +7,8 @@ A key is made of the values, never of object identities: an array by its dtype, 
 module-level function by its qualified name and an object that computes something by its own `content_key()`.
 Every hit returns a deep copy of what was stored, so a caller that writes to a returned array cannot poison the
 memory either; an exception of the kinds named as results (a baseline that overflows) is remembered and raised
-again. The memory is bounded by the bytes of the arrays it holds: the least recently used entries go first.
-Behind it, a memo may have a store on disk (specs.memo_store) that answers with what an earlier run, or another
-pytest worker, computed for the same key.
+again. The
+memory is bounded by the bytes of the arrays it holds: the least recently used entries go first.
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
-
-from specs.memo_store import MemoStore
 
 # pytest runs a property over every implementation in turn: the entries that hit are the recent ones
 DEFAULT_BUDGET_BYTES = 256 * 2**20
@@ -79,17 +76,15 @@ class Memo:
     """A bounded, content-addressed memory of one pure function's results."""
 
     def __init__(self, function: Callable[..., Any], *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
-                 raised: tuple[type[Exception], ...] = (), store: MemoStore | None = None) -> None:
+                 raised: tuple[type[Exception], ...] = ()) -> None:
         if budget_bytes < 0:
             raise ValueError(f"a memory budget is a number of bytes >= 0, got {budget_bytes}")
         self.function = function
         self.raised = raised  # exceptions that are the function's answer for an input, remembered like results
         self.budget_bytes = budget_bytes
-        self.store = store  # on disk, behind the memory (specs.memo_store): what earlier runs computed
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._held = 0
         self.hits = 0
-        self.stored_hits = 0  # misses of the memory that the store answered
         self.misses = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -103,17 +98,11 @@ class Memo:
             self.hits += 1
             stored = self._entries[key][0]
         else:
-            stored = self.store.get(key) if self.store is not None else MemoStore.MISSING
-            if stored is MemoStore.MISSING:
-                self.misses += 1
-                try:
-                    stored = self.function(*args, **kwargs)
-                except self.raised as error:  # the same input raises it again
-                    stored = _Raised(error)
-                if self.store is not None:
-                    self.store.put(key, stored)
-            else:
-                self.stored_hits += 1
+            self.misses += 1
+            try:
+                stored = self.function(*args, **kwargs)
+            except self.raised as error:  # the same input raises it again
+                stored = _Raised(error)
             self._remember(key, stored)
         if isinstance(stored, _Raised):
             raise copy.copy(stored.error)

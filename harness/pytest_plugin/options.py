@@ -69,9 +69,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perturb-declared", action="store_true", default=False,
                     help="the meta-test: make every implementation that declares deviations wrong by one element "
                          "wherever a declared deviation fires, so that its declared cells fail unexpectedly")
-    group.addoption("--no-oracle-cache", action="store_true", default=False,
-                    help="compute the oracle and the tolerance model anew, neither reading nor writing the store "
-                         "on disk that keeps them between runs (specs.memo_store; ATTN_ORACLE_CACHE=off)")
 
 
 def runs_the_suite(config: pytest.Config) -> bool:
@@ -83,8 +80,6 @@ def runs_the_suite(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis' own plugin, whose --hypothesis-profile then wins
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("no_oracle_cache"):
-        os.environ["ATTN_ORACLE_CACHE"] = "off"  # xdist's workers, started later, inherit it
     if runs_the_suite(config):
         profiles.load(os.environ.get("HYPOTHESIS_PROFILE"), shrink=not config.getoption("perturb_declared"))
         config.pluginmanager.import_plugin("harness.pytest_plugin.plugin")

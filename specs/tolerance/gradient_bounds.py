@@ -11,7 +11,6 @@ import numpy as np
 from specs.dtypes import finfo, numpy_dtype
 from specs.gradients import attention_backward, reduce_to_shape, score_mod_gradients, sink_weights, sum_groups
 from specs.memo import Memo
-from specs.memo_store import MemoStore
 from specs.reference import AttentionResult, attention, repeat_kv
 from specs.tolerance.model import (
     LAMBDA,
@@ -224,4 +223,4 @@ def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float
                      "complex step against analytic <grad, E>: 2 * 2(n_k+d+d_v+10)u * sum |dO| G")
 
 
-_GRADIENT_MEMO = Memo(_gradient_allowance, raised=(ToleranceUndefined,), store=MemoStore("gradient-allowance"))
+_GRADIENT_MEMO = Memo(_gradient_allowance, raised=(ToleranceUndefined,))

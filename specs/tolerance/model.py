@@ -102,7 +102,6 @@ import numpy as np
 
 from specs.dtypes import finfo, numpy_dtype
 from specs.memo import Memo
-from specs.memo_store import MemoStore
 from specs.reference import AttentionResult, attention, repeat_kv
 
 SAFETY = 2.0
@@ -384,7 +383,7 @@ def _forward_allowance(q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype_name: 
     return result, _low_precision_bound(result, q, k, v, dtype, kwargs, past_range, model)
 
 
-_FORWARD_MEMO = Memo(_forward_allowance, raised=(ToleranceUndefined,), store=MemoStore("forward-allowance"))
+_FORWARD_MEMO = Memo(_forward_allowance, raised=(ToleranceUndefined,))
 
 
 def lse_allowance(
