@@ -129,3 +129,17 @@ def test_the_numbers_are_kept_on_disk_by_source_entries_compiler_and_options(tmp
     changed = kernel_resources.kernel_section(kernels)
     assert len(compiled) == 3 * len(ARCHITECTURES) and {name for name, _ in compiled[-2:]} == {"tiny"}
     assert changed["errors"] == first["errors"] and changed["entries"] != first["entries"]
+
+
+def test_the_key_does_not_hold_where_the_environment_lives(monkeypatch):
+    """Two clones' tox environments give NVRTC the same headers from different places: one key (each fresh clone
+    compiled every kernel again for the report before). The wheels' versions are in it instead."""
+    places = ["/a/clone/.tox/report/lib/python3.11/site-packages", "/another/.tox/x/lib/python3.11/site-packages"]
+    keys = []
+    for place in places:
+        monkeypatch.setattr(kernel_resources, "options",
+                            lambda arch, place=place: ("-std=c++17", f"-I{place}/nvidia/cuda_runtime/include",
+                                                       "-I/usr/local/cuda/include", f"-arch={arch}"))
+        keys.append(kernel_resources._keyed_options("sm_90"))
+    assert keys[0] == keys[1] and not any("clone" in option for option in keys[0])
+    assert "-I/usr/local/cuda/include" in keys[0] and any(o.startswith("nvidia-cuda-runtime-cu12 ") for o in keys[0])
