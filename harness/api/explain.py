@@ -471,12 +471,12 @@ def accepted_reading(trial, problem, raw: object, accepted: str, deviations) -> 
     call = deviation_call(trial, problem)
     model = DeviantModel(deviations)  # what it computes from the input it read: the other deviations too
     judging = _judging_dtype(deviations, trial.variant.dtype)
+    returned = as_numpy(raw)
     for deviation in deviations:
         read = deviation.accepts(call, accepted)
-        out = as_numpy(raw)
-        if read is None or out is None:
+        if read is None or returned is None:
             continue
-        out = deviation.accepted_output(out)
+        out = deviation.accepted_output(returned)
         if deviation.output_undefined():  # nothing to judge in what it returned but its shape
             if out.shape == read.q.shape[:3] + (read.v.shape[-1],):
                 return deviation, read, out, None, None, model

@@ -114,7 +114,7 @@ class Trial:
                     return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
                 return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
 
-            raw = kept_call(call, "forward", impl.name, impl.target, impl.fn, arrays, self.layout, kwargs, global_seed)
+            raw = kept_call(call, "forward", impl.name, impl.target, arrays, self.layout, kwargs, global_seed)
             raw = perturbed_output(self, problem, extra, raw)
         except CallFailed as failure:
             failure = perturbed_failure(self, problem, failure)
@@ -137,7 +137,7 @@ class Trial:
             impl, inputs = self.variant.impl, self.inputs(problem)
             kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
             grads = kept_call(lambda: backward_of(impl, *inputs, d_out, **kwargs, wrt=wrt),
-                              "backward", impl.name, impl.target, impl.fn, inputs, d_out, kwargs, wrt)
+                              "backward", impl.name, impl.target, inputs, d_out, kwargs, wrt)
             grads = perturbed_gradients(self, problem, d_out, extra, wrt, grads)
         except CallFailed as failure:
             failure = perturbed_failure(self, problem, failure)

@@ -91,7 +91,6 @@ class Accepts(Deviation):
             keywords["bias"] = np.repeat(bias, longest, axis=-1)
         return dataclasses.replace(call, k=k, v=v, keywords=keywords)
 
-
     def accepted_output(self, out: np.ndarray) -> np.ndarray:
         """The output as the reading makes it, in the protocol's shape: leading axes of length 1 a bias of higher
         rank added, dropped."""

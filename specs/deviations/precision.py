@@ -41,9 +41,8 @@ class ScoresRoundedBeforeSoftmax(Deviation):
     summary = ("in half precision q k^T is rounded to the dtype, then scaled by the scale as a float32 number (a "
                "tensor times a Python float) and rounded again, modified (the cap a float32 number too, each step "
                "rounded) before a float32 softmax, whose weights are rounded again before P V: judged against that "
-               "formula's own "
-               "error in the dtype (K x the naive error, as every implementation is); `max_subtracted` 'dtype': "
-               "the row's maximum is first subtracted in the dtype, each difference rounded")
+               "formula's own error in the dtype (K x the naive error, as every implementation is); "
+               "`max_subtracted` 'dtype': the row's maximum is first subtracted in the dtype, each difference rounded")
     parameters: ClassVar[dict[str, str]] = {
         "max_subtracted": "'softmax' (default): inside the float32 softmax; 'dtype': before it, in the dtype "
                           "(gpt-oss' overflow guard, then a softmax in the dtype)"}
