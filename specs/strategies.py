@@ -16,7 +16,7 @@ import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from hypothesis import strategies as st
 
@@ -24,17 +24,25 @@ from specs.dtypes import finfo
 from specs.problems import ALIBI_LAYOUTS, BIAS_LAYOUTS, MASK_LAYOUTS, SCORE_STYLES, VALUE_STYLES, Problem, build
 
 
-class ShapeCapabilities(Protocol):
-    """What the strategies read of an implementation's capabilities (CONTRACT 1's Capabilities has these
-    fields): the specification draws problems for an implementation without importing the protocol above it."""
+@dataclass(frozen=True)
+class ShapeCapabilities:
+    """What the strategies read of an implementation's capabilities (CONTRACT 1's Capabilities has these fields),
+    and nothing else: the specification draws problems for an implementation without importing the protocol above
+    it, and two implementations with the same ShapeCapabilities and dtype are offered the same problems, so their
+    examples can be drawn once (harness.pytest_plugin.record_groups keys its groups by them)."""
 
-    scale: bool
-    gqa: bool
-    cross: bool
-    value_dim: bool
-    causal_alignment: str
-    max_seq: int | None
-    compiles_per_shape: bool
+    scale: bool = True
+    gqa: bool = True
+    cross: bool = True
+    value_dim: bool = True
+    causal_alignment: str = "top_left"
+    max_seq: int | None = None
+    compiles_per_shape: bool = False
+
+    @classmethod
+    def of(cls, caps: object) -> ShapeCapabilities:
+        """The fields the strategies read, taken from any object that has them (an implementation's Capabilities)."""
+        return cls(**{name: getattr(caps, name) for name in cls.__dataclass_fields__})
 
 
 MAX_N = 130  # past 128, the largest power-of-two tile size drawn
@@ -247,8 +255,14 @@ def masks() -> st.SearchStrategy[dict[str, str | float]]:
     return st.builds(dict, mask_layout=st.sampled_from(MASK_LAYOUTS), mask_density=st.sampled_from(MASK_DENSITIES))
 
 
+def problems(*, caps: object | None = None, **options) -> st.SearchStrategy[Problem]:
+    """Problems an implementation with capabilities `caps` (read through ShapeCapabilities) can be asked to solve;
+    `options`: _problems' keywords. The same strategy object for every `caps` the strategies cannot tell apart."""
+    return _problems(caps=None if caps is None else ShapeCapabilities.of(caps), **options)
+
+
 @functools.cache  # one strategy object per set of arguments: Hypothesis caches what it computes about it
-def problems(
+def _problems(
     *,
     caps: ShapeCapabilities | None = None,
     dtype: str = "float64",
