@@ -29,6 +29,7 @@ from harness.engine import run_context
 from harness.engine.call_replay import recording, replaying
 from harness.engine.declarations import RUNNING, DeclaredExample, RunningCheck
 from harness.engine.explanation import DeviationRun, ExplainedStop, active, deviation_mode
+from harness.engine.shared_draws import is_data
 from protocol.known_defects import Row
 
 PAIRED = 8  # accept mode tries pairs among this many first candidates
@@ -59,10 +60,6 @@ class _ReplayedData:
         if not self._drawn:
             return self._data.draw(strategy, label=label)
         return copy.deepcopy(self._drawn.pop(0))
-
-
-def _is_data(value: object) -> bool:
-    return type(value).__name__ == "DataObject" and hasattr(value, "draw")
 
 
 def _problem_size(violation: PropertyViolation) -> int:
@@ -156,12 +153,18 @@ def explained(test: Callable) -> Callable:
 
     @functools.wraps(test)
     def run(*args, **kwargs):
+        judge(*args, **kwargs)
+        running = RUNNING.get()
+        if running is not None and active() is None:
+            running.count.valid += 1  # judged to the end: a valid example (rejections and failures raise)
+
+    def judge(*args, **kwargs):
         running = RUNNING.get()
         accepting = run_context.current().accept
         if running is None or running.variant is None or active() is not None or not (
                 accepting or running.rows_for(running.claims)):
             return test(*args, **kwargs)
-        recorded = {name: _RecordingData(value) if _is_data(value) else value for name, value in kwargs.items()}
+        recorded = {name: _RecordingData(value) if is_data(value) else value for name, value in kwargs.items()}
         try:
             with recording() as calls:
                 return test(*args, **recorded)

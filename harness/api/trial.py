@@ -332,7 +332,9 @@ class Trial:
         running = RUNNING.get()
         if running is not None and np.isfinite(ratio) and active() is None:
             running.passed_within(ratio)
-        label = f"{what} error / allowed #{len(self._targets)}"
+        # the record named: the records of a group are judged in one Hypothesis example (record_groups), and a label
+        # is observed once per example
+        label = f"{self.variant.name}: {what} error / allowed #{len(self._targets)}"
         self._targets.append(label)
         if self.in_hypothesis and np.isfinite(ratio) and active() is None:  # a second run targets nothing anew
             target(ratio, label=label)

@@ -25,6 +25,7 @@ class ExampleCount:
     """Hypothesis examples a property has run, and how many it took to reach its first failure."""
 
     examples: int = 0
+    valid: int = 0  # examples judged to the end (harness.api.explained_runs): not rejected, not failed
     first_failure: int | None = None
     _last: object = field(default=None, repr=False)
 

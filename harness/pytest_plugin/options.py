@@ -66,6 +66,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--accept-expectations", default=None, metavar="FILE",
                     help="write what this run measured as rows of the expectations table to FILE, to review as a "
                          "diff against impls/expectations.toml (with the derandomized ci profile)")
+    group.addoption("--share-draws", choices=("yes", "no"), default="yes",
+                    help="draw a property's examples once for every record its strategies cannot tell apart and "
+                         "judge each record on them (harness.pytest_plugin.record_groups); no: each test draws its "
+                         "own (default yes)")
     group.addoption("--perturb-declared", action="store_true", default=False,
                     help="the meta-test: make every implementation that declares deviations wrong by one element "
                          "wherever a declared deviation fires, so that its declared cells fail unexpectedly")

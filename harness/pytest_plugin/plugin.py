@@ -43,6 +43,7 @@ from harness.engine.verdicts import (
     declared_outcomes,
     judge_declarations,
 )
+from harness.pytest_plugin import record_groups
 from harness.pytest_plugin.accept import write_accepted
 from harness.pytest_plugin.stale_rows import record_names, stale_rows
 from harness.pytest_plugin.worker_threads import one_thread_per_worker
@@ -225,13 +226,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 item.add_marker(pytest.mark.skip(reason=LONG_SKIP_REASON))
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+def skip_reason(item: pytest.Item) -> str | None:
+    """Why the item's variant cannot run it here: its dtype is missing, or it lacks a feature the item requires."""
     marker = item.get_closest_marker("requires")
     found = _claims_and_subject(item)
     if found and isinstance(found[1], Variant):
-        reason = dtype_missing(found[1].dtype) or (marker and found[1].capabilities.lacking(*marker.args))
-        if reason:
-            pytest.skip(reason)
+        return dtype_missing(found[1].dtype) or (marker and found[1].capabilities.lacking(*marker.args)) or None
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Group the tests that will run (after every deselection) whose records share draws (record_groups)."""
+    if record_groups.sharing(session.config):
+        record_groups.assign(session.items, skip_reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = skip_reason(item)
+    if reason:
+        pytest.skip(reason)
 
 
 def _failures(excinfo) -> list[BaseException]:
@@ -270,14 +283,39 @@ def _claim_section(state: RunState, slugs: tuple[str, ...]) -> str:
     return "\n".join(parts)
 
 
+def _new_check(item: pytest.Item) -> RunningCheck | None:
+    """A RunningCheck for the item's property, claims and subject (None: it checks no claim)."""
+    found = _claims_and_subject(item)
+    if not found:
+        return None
+    return RunningCheck(item.originalname, found[0], found[1] if isinstance(found[1], Variant) else None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Nothing left to run where the item's group judged it (harness.pytest_plugin.record_groups)."""
+    return record_groups.call(pyfuncitem)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell a pytest-xdist worker whether it shares draws (record_groups.sharing)."""
+    node.workerinput[record_groups.WORKER_FLAG] = record_groups.sharing(node.config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before pytest-xdist's own, which would split groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist load` with shared draws: a group's tests go to one worker (record_groups.RecordGroupScheduling)."""
+    if config.getoption("dist") == "load" and record_groups.sharing(config):
+        return record_groups.scheduler(config, log, config.stash[STATE].variants)
+    return None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     """Tell harness.api.trial which property and claims are running (it picks the violation's type and
     records the time in calls and the headroom there)."""
-    found = _claims_and_subject(item)
-    running = None
-    if found:
-        running = RunningCheck(item.originalname, found[0], found[1] if isinstance(found[1], Variant) else None)
+    running = _new_check(item) and (record_groups.shared_check(item, _new_check) or _new_check(item))
     item.stash[RUNNING_CHECK] = running
     token = RUNNING.set(running)
     try:
@@ -339,12 +377,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if found is None:
         return
     slugs, subject = found
+    if report.when == "call":  # a test judged in its group's loop: its share of the loop (record_groups)
+        report.duration = record_groups.duration(item, report.duration)
     contribution = Contribution(_name(subject), seconds=report.duration)
     if report.when == "setup":
         contribution.collected = [(slug, f"{item.module.__name__}::{item.originalname}") for slug in slugs]
         contribution.registered = [(slug, prop) for slug in slugs for prop in PROPERTIES.get(slug, ())]
     running = item.stash.get(RUNNING_CHECK, None)
     if report.when == "call" and running is not None:
+        item.user_properties.append(("valid_examples", running.count.valid))  # JUnit XML: the teardown's report
         contribution.call_seconds, contribution.headroom = running.call_seconds, running.headroom
         contribution.exhibits = running.exhibits
         contribution.accepted = [(claim, deviation.name, deviation.params) for claim, deviation in running.accepted]
