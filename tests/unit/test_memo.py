@@ -3,10 +3,13 @@ with a caller that writes to what it was given; and forward_allowance through it
 
 from __future__ import annotations
 
+import dataclasses
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
-from specs.memo import Memo, NotContent, content_key
+from specs.memo import Memo, NotContent, content_key, fresh_copy
 from specs.problems import build
 from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance
 from specs.tolerance.gradient_bounds import _gradient_allowance
@@ -118,3 +121,25 @@ def test_gradient_allowance_through_the_memory_is_what_it_computes():
         assert all(np.array_equal(a, b) for a, b in zip(got.grads, computed.grads, strict=True))
         assert all(np.array_equal(a.bound, b.bound) for a, b in zip(got.allowances, computed.allowances, strict=True))
         got.grads[0][...] = np.nan
+
+
+class _Pair(NamedTuple):
+    first: np.ndarray
+    second: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    out: np.ndarray
+    parts: tuple
+    extra: dict
+
+
+def test_a_fresh_copy_shares_no_array_with_what_was_stored():
+    """What a hit returns (fresh_copy): equal to what was stored, every array its own, whatever holds it."""
+    stored = _Result(np.arange(3.0), (_Pair(np.ones(2), 0.5), [np.zeros(1)]), {"lse": np.full(2, -np.inf)})
+    fresh = fresh_copy(stored)
+    assert type(fresh) is _Result and type(fresh.parts[0]) is _Pair and fresh.parts[0].second == 0.5
+    for got, kept in ((fresh.out, stored.out), (fresh.parts[0].first, stored.parts[0].first),
+                      (fresh.parts[1][0], stored.parts[1][0]), (fresh.extra["lse"], stored.extra["lse"])):
+        assert np.array_equal(got, kept) and not np.shares_memory(got, kept)
