@@ -7,7 +7,8 @@
 // - `__shared__` arrays become statics: one copy, which the threads of the running block share. The dynamic
 //   `extern __shared__ T name[];` is the one construct a macro cannot express; the build rewrites that line
 //   (and only it) to a pointer to the launch's dynamic shared buffer. Before each block the plain build fills
-//   all shared memory with 0xFF bytes (a NaN in float, half and bfloat16), so a read before any write shows.
+//   all shared memory with 0xFF bytes (a NaN in float, half and bfloat16), so a read before any write shows; a
+//   read past the dynamic buffer reads zeros there, the same in every run (the memcheck build reports it).
 // - __syncthreads() and __syncwarp() are barriers that count the threads still running: a thread that
 //   returned while others wait, or threads waiting at different __syncthreads() calls, is recorded as a
 //   barrier-divergence diagnostic (with file:line) and the barrier releases, as current GPUs do; threads

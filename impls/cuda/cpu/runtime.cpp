@@ -11,12 +11,14 @@
 // thread: no context switch through the kernel, no lock per barrier.
 #include "cuda_cpu.h"
 
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <memory>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -454,6 +456,47 @@ bool first_live_lane_of_warp() {
 
 }  // namespace cuda_cpu
 
+namespace cuda_cpu {
+
+#ifdef CUDA_CPU_SANITIZED
+// The launch's dynamic shared memory, exactly its size: AddressSanitizer reports an access past it.
+class SharedWindow {
+  public:
+    explicit SharedWindow(std::size_t bytes) : bytes_(std::max<std::size_t>(bytes, 1)) {}
+    unsigned char* data() { return bytes_.data(); }
+    void fill(unsigned char) {}
+
+  private:
+    std::vector<unsigned char> bytes_;
+};
+#else
+// The launch's dynamic shared memory at the start of kSharedReach bytes of zero pages (mapped lazily, nothing
+// committed until written): a read past the launch's bytes (a kernel bug, which the memcheck build reports) reads
+// zeros, the same in every run, instead of whatever the heap holds past a buffer of its exact size, which crashed
+// the process or not depending on what the process had allocated before.
+class SharedWindow {
+  public:
+    static constexpr std::size_t kSharedReach = std::size_t(1) << 30;
+    explicit SharedWindow(std::size_t bytes) : bytes_(bytes) {
+        void* mapped = mmap(nullptr, kSharedReach, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (mapped == MAP_FAILED) throw std::bad_alloc();
+        base_ = static_cast<unsigned char*>(mapped);
+    }
+    ~SharedWindow() { munmap(base_, kSharedReach); }
+    SharedWindow(const SharedWindow&) = delete;
+    SharedWindow& operator=(const SharedWindow&) = delete;
+    unsigned char* data() { return base_; }
+    void fill(unsigned char value) { std::memset(base_, value, bytes_); }
+
+  private:
+    std::size_t bytes_;
+    unsigned char* base_;
+};
+#endif
+
+}  // namespace cuda_cpu
+
 #ifndef CUDA_CPU_SANITIZED
 extern "C" char __start_cuda_cpu_shared[] __attribute__((weak));
 extern "C" char __stop_cuda_cpu_shared[] __attribute__((weak));
@@ -487,7 +530,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
     }
     launch_state.grid = dim3(grid[0], grid[1], grid[2]);
     launch_state.block = dim3(block[0], block[1], block[2]);
-    std::vector<unsigned char> shared(std::max<std::size_t>(shared_bytes, 1));
+    SharedWindow shared(shared_bytes);
     launch_state.dynamic_shared = shared_bytes ? shared.data() : nullptr;
     std::vector<std::unique_ptr<char[]>> stacks;
     for (std::uint64_t t = 0; t < threads; ++t) stacks.emplace_back(new char[kFiberStack]);
@@ -515,7 +558,7 @@ extern "C" int cuda_cpu_run(cuda_cpu::Invoke invoke, const unsigned* grid, const
             b.warps[t / 32].live_mask |= 1u << (t % 32);
         }
 #ifndef CUDA_CPU_SANITIZED
-        std::fill(shared.begin(), shared.end(), 0xFF);
+        shared.fill(0xFF);
         if (__start_cuda_cpu_shared != nullptr)
             std::memset(__start_cuda_cpu_shared, 0xFF, __stop_cuda_cpu_shared - __start_cuda_cpu_shared);
 #endif
