@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(compiler_unavailable() is not None, reason=str(c
 
 PROBES = KernelSource(Path(__file__).parents[1] / "fixtures" / "cuda" / "emulator_probes.cu", (
     "block_sums<float>", "block_sums<__half>", "block_sums<__nv_bfloat16>", "lanes", "early_return",
-    "split_barriers", "deadlock", "missing_barrier", "read_unwritten", "read_past_end",
+    "split_barriers", "deadlock", "missing_barrier", "read_unwritten", "read_past_end", "read_past_dynamic_shared",
     "wmma_product<__half>", "wmma_product<__nv_bfloat16>", "round_trip"))
 SOURCE_LINES = PROBES.path.read_text().splitlines()
 
@@ -111,6 +111,22 @@ def test_shared_memory_nothing_wrote_reads_as_nan():
     out = execute(PROBES, Launch("read_unwritten", (1, 1, 1), (64, 1, 1), 0, (np.zeros(64, np.float32),)),
                   "cpu")[0]
     assert (out[:32] == 1).all() and np.isnan(out[32:]).all()
+
+
+def _past_dynamic_shared(offset: int) -> Launch:
+    return Launch("read_past_dynamic_shared", (1, 1, 1), (64, 1, 1), 64 * 4, (np.full(64, 7, np.float32),
+                                                                               np.int32(offset)))
+
+
+@pytest.mark.parametrize("offset", [64, 2**24])  # just past the launch's 256 bytes, and 64 MiB past them
+def test_a_read_past_the_dynamic_shared_memory_reads_zeros_in_every_run(offset):
+    """The plain build's dynamic shared memory sits at the start of a window of zero pages: what a kernel reads
+    past it is 0 whatever the process ran before, where the heap past an exact buffer held anything, or nothing
+    mapped (a crash); memcheck, which keeps the exact buffer, reports the read."""
+    for _ in range(2):
+        assert (execute(PROBES, _past_dynamic_shared(offset), "cpu")[0] == 0).all()
+    with pytest.raises(KernelDefect, match="AddressSanitizer: heap-"):  # past the redzone: a freed neighbour
+        execute(PROBES, _past_dynamic_shared(64), "memcheck")
 
 
 @pytest.mark.parametrize("dtype,entry", [(np.float16, "wmma_product<__half>"),
