@@ -57,8 +57,6 @@ class DrawTape:
 
     data: object  # Hypothesis' data object of the example
     draws: list[_Draw] = field(default_factory=list)
-    shared: int = 0  # draws answered from the tape
-    own: int = 0  # draws a record made itself (its strategy differed)
 
     def view(self) -> SharedData:
         """A record's own reading of the example's data."""
@@ -78,12 +76,9 @@ class SharedData:
         self._position += 1
         if not self._diverged and position < len(tape.draws):
             if same_strategy(tape.draws[position].strategy, strategy):
-                tape.shared += 1
                 return copy.deepcopy(tape.draws[position].value)
             self._diverged = True
         value = tape.data.draw(strategy, label=label)
         if not self._diverged and position == len(tape.draws):
             tape.draws.append(_Draw(strategy, copy.deepcopy(value)))
-        else:
-            tape.own += 1
         return value

@@ -46,7 +46,6 @@ class MemberResult:
     """What one record's runs in the group's loop came to."""
 
     check: RunningCheck  # its count.valid: the examples it was judged on to the end
-    invalid: int = 0  # examples it rejected
     seconds: float = 0.0  # inside its own runs of the property
     failure: BaseException | None = None  # what it raised: it runs alone at its turn, and this is raised after
     alone: bool = False  # the loop could not judge it (Hypothesis gave up on the group): it runs alone
@@ -61,8 +60,6 @@ class RecordGroup:
     results: dict[str, MemberResult] = field(default_factory=dict)
     loop_seconds: float = 0.0
     leader: str | None = None
-    shared_draws: int = 0
-    own_draws: int = 0
 
 
 GROUP = pytest.StashKey[RecordGroup]()
@@ -170,7 +167,6 @@ def _run(group: RecordGroup, leader: pytest.Item, new_check: Callable[[pytest.It
             try:
                 inner(*args, **own)
             except UnsatisfiedAssumption:
-                result.invalid += 1
                 rejected = True
             except (StopTest, KeyboardInterrupt, SystemExit):
                 raise
@@ -179,8 +175,6 @@ def _run(group: RecordGroup, leader: pytest.Item, new_check: Callable[[pytest.It
             finally:
                 result.seconds += time.perf_counter() - start
                 RUNNING.reset(token)
-        group.shared_draws += sum(tape.shared for tape in tapes.values())
-        group.own_draws += sum(tape.own for tape in tapes.values())
         if rejected:
             reject()
 

@@ -32,7 +32,7 @@ def test_records_asking_for_the_same_strategies_get_the_first_records_values_as_
     drawn = [first.draw(st.integers(0, 5)), first.draw(st.booleans())]
     again = [second.draw(st.integers(0, 5)), second.draw(st.booleans())]
     assert again == drawn == [[1], [2]] and again[0] is not drawn[0]  # a record may change its value freely
-    assert tape.data.draws == 2 and (tape.shared, tape.own) == (2, 0)
+    assert tape.data.draws == 2  # drawn once
 
 
 def test_a_record_asking_for_another_strategy_draws_its_own_from_then_on():
@@ -42,7 +42,6 @@ def test_a_record_asking_for_another_strategy_draws_its_own_from_then_on():
     first.draw(st.booleans())
     assert second.draw(st.integers(0, 6)) == [3]  # its own: the range differs
     assert second.draw(st.booleans()) == [4]  # past its first own draw, positions no longer line up
-    assert (tape.shared, tape.own) == (0, 2)
 
 
 def test_a_record_drawing_past_the_tape_extends_it_for_the_next():
