@@ -1,11 +1,12 @@
 """One example's draws shared by the records of a group (harness.pytest_plugin.record_groups).
 
-Hypothesis draws an example once; each record of the group then runs the property on it through its own view of
-the example's `data`. A record's k-th draw gets the value the first record to draw k-th drew (a copy), when it asks
-for the same strategy: the same object, or a strategy of Hypothesis' own whose description (repr) names only its
-builtin strategies and literal values, so that equal descriptions draw from equal distributions. Any other draw,
-and every draw after a record's first unmatched one, is the record's own, from the same example's data: a value
-that record's strategy can produce, so every record is judged on a valid example of its own property.
+Hypothesis draws an example once, through the group's first record (the leader), whose draws are recorded on a
+tape. Each other record runs the property on the same example through its own view of the tape: its k-th draw gets
+a copy of the leader's k-th value when it asks for the same strategy (the same object, or a strategy of
+Hypothesis' own whose description (repr) names only its builtin strategies and literal values, so that equal
+descriptions draw from equal distributions). A record that asks for another strategy, or for more draws than the
+leader made, would draw differently alone: it diverges (Diverged) and draws nothing, so what the example draws
+stays the leader's alone, and the record is judged on its own run instead.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
+class Diverged(BaseException):
+    """A record asked for a draw the leader did not make: alone, it would be judged on other examples. (A
+    BaseException: a property's `except Exception` around its draws cannot swallow it.)"""
+
+
 def _plain(description: str) -> bool:
     """Whether a strategy's repr describes it completely: builtin strategies of literal values, nothing elided."""
     if "..." in description:
@@ -31,8 +37,9 @@ def _plain(description: str) -> bool:
 
 
 def is_data(value: object) -> bool:
-    """Whether a test's argument is Hypothesis' interactive `data` object, or a record's SharedData view of it."""
-    return isinstance(value, SharedData) or (type(value).__name__ == "DataObject" and hasattr(value, "draw"))
+    """Whether a test's argument is Hypothesis' interactive `data` object, or a record's view of a tape."""
+    return isinstance(value, (LeaderData, SharedData)) or (type(value).__name__ == "DataObject"
+                                                           and hasattr(value, "draw"))
 
 
 def same_strategy(first: object, second: object) -> bool:
@@ -53,32 +60,42 @@ class _Draw:
 
 @dataclass
 class DrawTape:
-    """The draws of one example, in order, as the records of the group made them."""
+    """The leader's draws of one example, in order."""
 
     data: object  # Hypothesis' data object of the example
     draws: list[_Draw] = field(default_factory=list)
 
+    def leader(self) -> LeaderData:
+        """The leader's `data`: Hypothesis' own, each draw recorded."""
+        return LeaderData(self)
+
     def view(self) -> SharedData:
-        """A record's own reading of the example's data."""
+        """Another record's `data`: the leader's draws, in order."""
         return SharedData(self)
 
 
+class LeaderData:
+    """The leader's `data`: draws from the example, each recorded (a copy) on the tape."""
+
+    def __init__(self, tape: DrawTape) -> None:
+        self._tape = tape
+
+    def draw(self, strategy, label=None):
+        value = self._tape.data.draw(strategy, label=label)
+        self._tape.draws.append(_Draw(strategy, copy.deepcopy(value)))
+        return value
+
+
 class SharedData:
-    """A record's `data`: the tape's draws where its strategies match, its own draws otherwise."""
+    """A record's `data`: a copy of the leader's k-th draw for its k-th, where it asks for the same strategy."""
 
     def __init__(self, tape: DrawTape) -> None:
         self._tape = tape
         self._position = 0
-        self._diverged = False
 
     def draw(self, strategy, label=None):
-        tape, position = self._tape, self._position
+        position, draws = self._position, self._tape.draws
         self._position += 1
-        if not self._diverged and position < len(tape.draws):
-            if same_strategy(tape.draws[position].strategy, strategy):
-                return copy.deepcopy(tape.draws[position].value)
-            self._diverged = True
-        value = tape.data.draw(strategy, label=label)
-        if not self._diverged and position == len(tape.draws):
-            tape.draws.append(_Draw(strategy, copy.deepcopy(value)))
-        return value
+        if position >= len(draws) or not same_strategy(draws[position].strategy, strategy):
+            raise Diverged(f"draw {position + 1} ({label or strategy!r}) is not the leader's")
+        return copy.deepcopy(draws[position].value)

@@ -1,24 +1,29 @@
-"""One draw, many records: a property's examples are drawn once for every record its strategies cannot tell apart.
+"""One draw, many records: a property's examples are drawn once for the records that would draw them alike.
 
 Records with the same dtype and the same ShapeCapabilities (the capabilities specs.strategies reads, and nothing
 else: a strategy reading another field fails) are offered the same problems. For a Hypothesis property taking only
 `variant`, the first of a group's tests to run (the leader) runs Hypothesis once for the group: each example is
-drawn once and every record of the group is judged on it in turn (harness.engine.shared_draws), its own RunningCheck
-current. Each record keeps its own pytest test, id, selection (-k, --impl), verdict and time (its share of the loop).
-- A rejection (a dtype's range, an undefined tolerance) counts against the record that rejected: the example is
-  invalid for Hypothesis when any record rejected it, so Hypothesis runs until max_examples examples were valid for
-  every record, and each record is judged on at least as many valid examples as when it runs alone.
-- Every record runs on every example, in the same order, failed or not: what the example draws is then a function
-  of its choices alone, as Hypothesis requires (a record left out would change which draws follow). A record that
-  failed runs alone at its turn, as before, so Hypothesis shrinks its failure alone; a failure it does not find alone
-  is raised as the loop found it, unshrunk. Where Hypothesis gives up on the loop (too many rejections, generation
-  that differs between two runs of the same choices), every record runs alone.
-- Under pytest-xdist the group's tests are sent to one worker (RecordGroupScheduling, `--dist load`); with a
-  scheduler that may split a group (worksteal, loadgroup, each), and with --share-draws no, every test runs alone.
+drawn once, by the leader's run of the property, and every other record of the group is judged on it in turn
+(harness.engine.shared_draws), its own RunningCheck current. Sharing never changes what a record is judged on:
+- A record stays in the loop only while it behaves as the leader towards Hypothesis: the same draws (strategies, in
+  the same order, no more) and the same validity (it rejects exactly the examples the leader rejects). Hypothesis'
+  derandomized engine then generates for it, alone, exactly the examples it generates for the leader, so its
+  verdict, its failures and its valid examples are those of its own run. A record that diverges (a draw the leader
+  did not make, a rejection the leader did not make or the reverse) leaves the loop having drawn nothing, and runs
+  alone at its turn, as before.
+- A record that fails leaves the loop and runs alone at its turn: Hypothesis finds the same failure on the same
+  example and shrinks it alone. The leader runs on every example (its draws are the example's), whatever it found:
+  its failure too is found again, and shrunk, by its own run after the loop. Where Hypothesis gives up on the
+  loop, every record runs alone.
+- Each record keeps its own pytest test, id, selection (-k, --impl), verdict, valid examples and time (its own
+  runs and an equal share of the drawing and the engine).
+- Under pytest-xdist a group's tests go to one worker (RecordGroupScheduling, `--dist load`); with a scheduler that
+  may split a group (worksteal, loadgroup, each), and with --share-draws no, every test runs alone.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +33,7 @@ from hypothesis import is_hypothesis_test, reject
 from hypothesis.errors import StopTest, UnsatisfiedAssumption
 
 from harness.engine.declarations import RUNNING, RunningCheck
-from harness.engine.shared_draws import DrawTape, is_data
+from harness.engine.shared_draws import Diverged, DrawTape, is_data
 from protocol.registry import Variant
 from specs.strategies import ShapeCapabilities
 
@@ -48,7 +53,7 @@ class MemberResult:
     check: RunningCheck  # its count.valid: the examples it was judged on to the end
     seconds: float = 0.0  # inside its own runs of the property
     failure: BaseException | None = None  # what it raised: it runs alone at its turn, and this is raised after
-    alone: bool = False  # the loop could not judge it (Hypothesis gave up on the group): it runs alone
+    alone: bool = False  # it diverged from the leader, or Hypothesis gave up on the loop: it runs alone
     share: float = 0.0  # its time: its own runs and an equal share of the draws and Hypothesis' engine
 
 
@@ -157,26 +162,44 @@ def _run(group: RecordGroup, leader: pytest.Item, new_check: Callable[[pytest.It
     handle = leader.obj.hypothesis
     inner = handle.inner_test
 
+    # the property's own name, source and signature: Hypothesis derandomizes from them (function_digest), so the
+    # loop draws what the property draws alone
+    @functools.wraps(inner)
     def judge_every_record(*args, **kwargs):
         tapes = {name: DrawTape(value) for name, value in kwargs.items() if is_data(value)}
-        rejected = False
-        for item in members:
+        # the leader's run draws the example; a failure of it counts as valid, as the loop hides it from Hypothesis
+        leader_rejected = bool(_judge(results[leader.nodeid], args,
+                                      {**kwargs, **{name: tape.leader() for name, tape in tapes.items()}}))
+        for item in members[1:]:
             result = results[item.nodeid]
+            if result.failure is not None or result.alone:
+                continue
             own = {**kwargs, **{name: tape.view() for name, tape in tapes.items()}, "variant": _variant(item)}
-            token, start = RUNNING.set(result.check), time.perf_counter()
-            try:
-                inner(*args, **own)
-            except UnsatisfiedAssumption:
-                rejected = True
-            except (StopTest, KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as failure:  # pytest's outcomes (skip) too: the record runs alone at its turn
-                result.failure = result.failure or failure
-            finally:
-                result.seconds += time.perf_counter() - start
-                RUNNING.reset(token)
-        if rejected:
+            rejected = _judge(result, args, own)
+            if rejected is not None and rejected != leader_rejected:  # Hypothesis would count it otherwise
+                result.alone = True
+        if leader_rejected:
             reject()
+
+    def _judge(result: MemberResult, args: tuple, kwargs: dict) -> bool | None:
+        """The record's run of the property on this example: whether it rejected it (None: it failed or diverged)."""
+        token, start = RUNNING.set(result.check), time.perf_counter()
+        try:
+            inner(*args, **kwargs)
+        except UnsatisfiedAssumption:
+            return True
+        except Diverged:
+            result.alone = True
+            return None
+        except (StopTest, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as failure:  # pytest's outcomes (skip) too: the record runs alone at its turn
+            result.failure = result.failure or failure
+            return None
+        finally:
+            result.seconds += time.perf_counter() - start
+            RUNNING.reset(token)
+        return False
 
     group.leader, group.results = leader.nodeid, {**group.results, **results}
     handle.inner_test = judge_every_record

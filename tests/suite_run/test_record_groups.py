@@ -1,6 +1,6 @@
-"""One draw, many records (harness.pytest_plugin.record_groups), as a user meets it: records whose strategies cannot
-tell them apart are judged on the same examples, each keeps its own verdict, id and valid examples, a rejection by
-one does not cost the other its examples, and a failing record is shrunk alone."""
+"""One draw, many records (harness.pytest_plugin.record_groups), as a user meets it: records that draw alike are
+judged on the same Hypothesis examples, and on exactly the problems each is judged on alone; a record that rejects
+otherwise runs alone, with the valid examples it has alone; a failing record is shrunk alone."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import pytest
 from tests.fixtures.runs import run_suite
 
 FIXTURE = "tests/fixtures/group_properties.py"
-EINSUM = "tests/fixtures/outside_impls.py:einsum_attention"
-PICKY = "tests/fixtures/group_impls.py:picky_attention"
+PROPERTY = "test_one_record_rejects_odd_query_counts"
+EINSUM = "tests/fixtures/outside_impls.py:einsum_attention[float64]"
+TWIN = "tests/fixtures/group_impls.py:einsum_twin[float64]"
+PICKY = "tests/fixtures/group_impls.py:picky_attention[float64]"
 
 
 def _valid_examples(junit) -> dict[str, int]:
@@ -22,35 +24,40 @@ def _valid_examples(junit) -> dict[str, int]:
             for prop in case.iter("property") if prop.get("name") == "valid_examples"}
 
 
-@pytest.fixture(scope="module", params=["yes", "no"])
-def rejecting_run(request, tmp_path_factory):
-    where = tmp_path_factory.mktemp(f"share-{request.param}")
-    run = run_suite(FIXTURE, "--impl", EINSUM, "--impl", PICKY, "--share-draws", request.param,
-                    "--junitxml", str(where / "junit.xml"), report_dir=where,
-                    env={"GROUP_SEEN_FILE": str(where / "seen.json")})
-    seen = json.loads((where / "seen.json").read_text())
-    return request.param, run, seen, _valid_examples(where / "junit.xml")
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """The property on the three records, drawing once for the group and each drawing its own."""
+    found = {}
+    for shared in ("yes", "no"):
+        where = tmp_path_factory.mktemp(f"share-{shared}")
+        targets = [arg for name in (EINSUM, TWIN, PICKY) for arg in ("--impl", name.removesuffix("[float64]"))]
+        run = run_suite(FIXTURE, *targets, "--share-draws", shared, "--junitxml", str(where / "junit.xml"),
+                        report_dir=where, env={"GROUP_SEEN_FILE": str(where / "seen.json")})
+        assert run.returncode == 0, run.output[-3000:]
+        found[shared] = (run, json.loads((where / "seen.json").read_text()), _valid_examples(where / "junit.xml"))
+    return found
 
 
-def test_records_of_a_group_are_judged_on_the_same_examples(rejecting_run):
-    shared, run, seen, _ = rejecting_run
-    assert run.returncode == 0, run.output[-3000:]
-    einsum, picky = (set(seen[f"{target}[float64]"]) for target in (EINSUM, PICKY))
-    if shared == "yes":
-        assert einsum == picky  # drawn once, both judged
-    else:
-        assert not einsum & picky  # each test drew its own
+def test_records_that_draw_alike_are_judged_once_on_what_each_is_judged_on_alone(runs):
+    _, shared, _ = runs["yes"]
+    _, alone, _ = runs["no"]
+    assert [example for example, _ in shared[EINSUM]] == [example for example, _ in shared[TWIN]]  # drawn once
+    assert not {example for example, _ in alone[EINSUM]} & {example for example, _ in alone[TWIN]}
+    for name in (EINSUM, TWIN):
+        assert [problem for _, problem in shared[name]] == [problem for _, problem in alone[name]]
 
 
-def test_a_rejection_by_one_record_costs_the_other_none_of_its_examples(rejecting_run):
-    """Each keeps its own test id and verdict; each is judged on at least max_examples (ci: 15) valid examples,
-    the picky record included, although it rejects about half of what is drawn."""
-    _, run, seen, valid = rejecting_run
-    for target in (EINSUM, PICKY):
-        name = f"{target}[float64]"
-        assert run.verdict("sdpa-formula", name)["status"] == "pass"
-        assert valid[f"test_one_record_rejects_odd_query_counts[{name}]"] >= 15, valid
-    assert len(seen[f"{PICKY}[float64]"]) > valid[f"test_one_record_rejects_odd_query_counts[{PICKY}[float64]]"]
+def test_a_record_that_rejects_otherwise_runs_alone_with_its_own_examples(runs):
+    """The picky record rejects odd query counts, which the others take: it leaves the loop at the first one and
+    its own run is judged on what it is judged on without sharing, with as many valid examples (>= 15, ci)."""
+    for shared in ("yes", "no"):
+        run, _, valid = runs[shared]
+        for name in (EINSUM, TWIN, PICKY):
+            assert run.verdict("sdpa-formula", name)["status"] == "pass"
+            assert valid[f"{PROPERTY}[{name}]"] >= 15, valid
+    assert runs["yes"][2][f"{PROPERTY}[{PICKY}]"] == runs["no"][2][f"{PROPERTY}[{PICKY}]"]
+    in_loop_and_alone, alone = ([problem for _, problem in runs[shared][1][PICKY]] for shared in ("yes", "no"))
+    assert len(in_loop_and_alone) > len(alone) and in_loop_and_alone[-len(alone):] == alone
 
 
 def test_a_failing_record_is_shrunk_alone_and_its_group_mate_passes(tmp_path):
@@ -59,10 +66,11 @@ def test_a_failing_record_is_shrunk_alone_and_its_group_mate_passes(tmp_path):
     wrong = "tests/fixtures/group_impls.py:drops_keys_past_three"
     inputs = []
     for shared in ("yes", "no"):
-        run = run_suite("properties/test_formula.py", "-k", "test_output_matches_oracle", "--impl", EINSUM,
-                        "--impl", wrong, "--share-draws", shared, report_dir=tmp_path / shared)
+        run = run_suite("properties/test_formula.py", "-k", "test_output_matches_oracle",
+                        "--impl", EINSUM.removesuffix("[float64]"), "--impl", wrong, "--share-draws", shared,
+                        report_dir=tmp_path / shared)
         assert run.returncode == 1, run.output[-3000:]
-        assert run.verdict("sdpa-formula", f"{EINSUM}[float64]")["status"] == "pass"
+        assert run.verdict("sdpa-formula", EINSUM)["status"] == "pass"
         failed = run.verdict("sdpa-formula", f"{wrong}[float64]")
         assert failed["status"] == "fail" and not failed["expected"]
         inputs.append([line.strip() for line in run.output.splitlines() if "input: q (" in line])

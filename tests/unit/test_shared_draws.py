@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.engine.shared_draws import DrawTape, same_strategy
+from harness.engine.shared_draws import Diverged, DrawTape, same_strategy
 from harness.pytest_plugin.record_groups import group_key
 from protocol.registry import Capabilities, Impl, Variant
 from specs.strategies import ShapeCapabilities, _problems, problems
@@ -26,30 +26,41 @@ class CountingData:
         return [self.draws]
 
 
-def test_records_asking_for_the_same_strategies_get_the_first_records_values_as_copies():
+def test_records_asking_for_the_same_strategies_get_the_leaders_values_as_copies():
     tape = DrawTape(CountingData())
-    first, second = tape.view(), tape.view()
-    drawn = [first.draw(st.integers(0, 5)), first.draw(st.booleans())]
-    again = [second.draw(st.integers(0, 5)), second.draw(st.booleans())]
+    leader, other = tape.leader(), tape.view()
+    drawn = [leader.draw(st.integers(0, 5)), leader.draw(st.booleans())]
+    again = [other.draw(st.integers(0, 5)), other.draw(st.booleans())]
     assert again == drawn == [[1], [2]] and again[0] is not drawn[0]  # a record may change its value freely
     assert tape.data.draws == 2  # drawn once
 
 
-def test_a_record_asking_for_another_strategy_draws_its_own_from_then_on():
+def test_a_record_asking_for_another_strategy_diverges_without_drawing():
     tape = DrawTape(CountingData())
-    first, second = tape.view(), tape.view()
-    first.draw(st.integers(0, 5))
-    first.draw(st.booleans())
-    assert second.draw(st.integers(0, 6)) == [3]  # its own: the range differs
-    assert second.draw(st.booleans()) == [4]  # past its first own draw, positions no longer line up
+    tape.leader().draw(st.integers(0, 5))
+    with pytest.raises(Diverged, match="draw 1"):
+        tape.view().draw(st.integers(0, 6))  # alone, it would draw from another range
+    assert tape.data.draws == 1
 
 
-def test_a_record_drawing_past_the_tape_extends_it_for_the_next():
+def test_a_record_asking_for_more_draws_than_the_leader_made_diverges_without_drawing():
+    """The leader stopped after one draw (it rejected or failed): what would come next is not the example's."""
     tape = DrawTape(CountingData())
-    first, second, third = tape.view(), tape.view(), tape.view()
-    first.draw(st.booleans())  # the first record stopped after one draw (it failed or rejected)
-    assert [second.draw(st.booleans()), second.draw(st.booleans())] == [[1], [2]]
-    assert [third.draw(st.booleans()), third.draw(st.booleans())] == [[1], [2]]
+    tape.leader().draw(st.booleans())
+    other = tape.view()
+    assert other.draw(st.booleans()) == [1]
+    with pytest.raises(Diverged, match="draw 2"):
+        other.draw(st.booleans())
+    assert tape.data.draws == 1
+
+
+def test_a_leader_drawing_again_extends_the_tape_for_the_others():
+    tape = DrawTape(CountingData())
+    leader = tape.leader()
+    leader.draw(st.booleans())
+    leader.draw(st.booleans())  # its second run (a declared failure explained) draws past its first run's draws
+    other = tape.view()
+    assert [other.draw(st.booleans()), other.draw(st.booleans())] == [[1], [2]]
 
 
 def _builds_of(offset: int):
