@@ -318,7 +318,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def pytest_runtest_call(item: pytest.Item):
     """Tell harness.api.trial which property and claims are running (it picks the violation's type and
     records the time in calls and the headroom there)."""
-    running = _new_check(item) and (record_groups.shared_check(item, _new_check) or _new_check(item))
+    running = _new_check(item)
+    if running is not None:  # judged in its group's loop: that run's check (record_groups)
+        running = record_groups.shared_check(item, _new_check) or running
     item.stash[RUNNING_CHECK] = running
     token = RUNNING.set(running)
     try:
