@@ -32,21 +32,30 @@ class ImplTimeout(Exception):
     """Raised inside an implementation that ran past the call limit."""
 
 
+class _Limit:
+    """Whether the limit expired: an implementation may catch ImplTimeout and raise its own error (Triton's
+    interpreter wraps whatever a kernel raises in an InterpreterError), and the call still ran past the limit."""
+
+    expired = False
+
+
 @contextmanager
 def _time_limit(seconds: float):
     """SIGALRM-based limit; a no-op where signals are unavailable (non-main thread, Windows)."""
+    limit = _Limit()
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable or seconds <= 0:
-        yield
+        yield limit
         return
 
     def expire(signum, frame):
+        limit.expired = True
         raise ImplTimeout
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        yield limit
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -99,13 +108,13 @@ def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, 
     arrays, kwargs = handed_over(arrays, kwargs, tensors)
     if seed is not None:
         seed_generators(seed)
-    try:
-        with _time_limit(limit):
+    with _time_limit(limit) as expiry:
+        try:
             return fn(*arrays, **kwargs)
-    except ImplTimeout:
-        raise CallFailed(f"the call took longer than {limit:g} s", "timeout") from None
-    except Exception as exc:  # the implementation's own failure is the finding
-        raise CallFailed(f"the implementation raised {type(exc).__name__}: {exc}", "raised") from exc
+        except Exception as exc:  # the implementation's own failure is the finding
+            if expiry.expired:  # ImplTimeout, or what the implementation made of it
+                raise CallFailed(f"the call took longer than {limit:g} s", "timeout") from None
+            raise CallFailed(f"the implementation raised {type(exc).__name__}: {exc}", "raised") from exc
 
 
 def checked_array(raw: object, *, shape: tuple[int, ...], dtype: np.dtype, what: str = "out") -> np.ndarray:

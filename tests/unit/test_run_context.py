@@ -22,6 +22,21 @@ def test_a_call_takes_its_time_limit_from_the_run_context():
         call_in_process(_sleeps, (x, x, x), {})
 
 
+def _sleeps_and_wraps_what_interrupts_it(q, k, v, **kwargs):
+    """As Triton's interpreter does: whatever a kernel raises comes out as the interpreter's own error."""
+    try:
+        return _sleeps(q, k, v)
+    except Exception as exc:
+        raise RuntimeError(repr(exc)) from exc
+
+
+def test_a_call_past_its_limit_is_a_timeout_whatever_the_implementation_raised_instead():
+    x = np.zeros((1, 1, 2, 4))
+    with pytest.raises(CallFailed, match=r"took longer than 0\.2 s") as failure:
+        call_in_process(_sleeps_and_wraps_what_interrupts_it, (x, x, x), {}, timeout_s=0.2)
+    assert failure.value.kind == "timeout"
+
+
 def test_using_restores_the_previous_context_even_after_an_error():
     before = run_context.current()
     with pytest.raises(RuntimeError), run_context.using(run_context.RunContext(timeout_s=1.5)):
