@@ -114,7 +114,7 @@ def test_gradients_match_the_oracle_backward(variant, data):
     """dQ, dK, dV for drawn shapes, scales, masks or causal, block sizes (the tiled backward must equal the
     global gradients for any blocks) and, where the implementation takes dropout_seed, dropout."""
     caps = variant.capabilities
-    blocks = {keyword: data.draw(st.integers(1, 70), label=keyword) for keyword in caps.tile_keywords}
+    blocks = {keyword: data.draw(st.integers(caps.min_block_size, 70), label=keyword) for keyword in caps.tile_keywords}
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
     problem = data.draw(problems_for(variant, causal=causal, masked=masked, **SMALL), label="problem")

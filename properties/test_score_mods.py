@@ -116,7 +116,8 @@ def test_gradients_under_each_modification_match_the_oracle(variant, keyword, da
     """dQ, dK, dV with the modification drawn, at drawn block sizes (softcap's derivative 1 - tanh^2: a backward
     that skips it fails), and dBias and dSinks where autograd reaches them (Capabilities.differentiable_mods)."""
     problem = modified_problem(variant, keyword, data)
-    blocks = {name: data.draw(st.integers(1, 70), label=name) for name in variant.capabilities.tile_keywords}
+    caps = variant.capabilities
+    blocks = {name: data.draw(st.integers(caps.min_block_size, 70), label=name) for name in caps.tile_keywords}
     wrt = tuple(name for name in variant.capabilities.differentiable_mods if getattr(problem, name) is not None)
     check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra=blocks, wrt=wrt)
 

@@ -31,6 +31,7 @@ from protocol.dense_adapters import dense_through
 from protocol.expectations import rows_for
 from protocol.faces import FEATURE_KEYWORDS, FaceError, check_faces, face_features, face_functions
 from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
+from protocol.triton_interpreter import interpret_without_gpu
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
 
@@ -41,7 +42,7 @@ SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
 SCORE_MODS = ("bias", "window_size", "softcap", "alibi_slopes", "sinks")
 DIFFERENTIABLE_MODS = ("bias", "sinks")  # the modification arrays a gradient is taken of (specs.gradients)
 TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
-BACKENDS = ("numpy", "torch", "cupy", "peers")  # what --backend selects among built-in records
+BACKENDS = ("numpy", "torch", "cupy", "peers", "triton")  # what --backend selects among built-in records
 # "peers" are the implementations people use, checked as they are (impls/peers): their installs are large, so a run
 # checks them only when --backend names them (tox -e peers)
 DEFAULT_BACKENDS = ("numpy", "torch", "cupy")
@@ -67,12 +68,14 @@ class Capabilities:
     causal_alignment: str = "top_left"
     max_seq: int | None = None
     tile_keywords: tuple[str, ...] = ()  # keyword arguments that set block sizes
+    min_block_size: int = 1  # the smallest size they take (a Triton kernel's tl.dot needs tiles of 16 on a GPU)
     lse: bool = False  # accepts return_lse=True and returns (out, lse)
     fused: bool = False  # one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul
     compiles_per_shape: bool = False  # every new shape compiles (jax.jit, torch.compile): draw from FIXED_SHAPES
     native: bool = False  # compiled code that may crash its process: calls run isolated (harness.engine.isolation)
     cuda_checkers: bool = False  # a CUDA kernel run on the CPU: fn.cuda_run(..., executor=CHECKER) (impls.cuda)
     tensors: str = "numpy"  # "torch": q, k, v (and mask) arrive as torch tensors, and the output is differentiable
+    differentiable: bool = True  # tensors="torch": False for a forward-only kernel (inference, decoding)
     backward: bool = False  # fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv) in NumPy
     bias: bool = False  # an additive float bias on the scaled scores (SDPA's float attn_mask)
     window_size: bool = False  # a (left, right) sliding window around each query's diagonal
@@ -101,7 +104,7 @@ class Capabilities:
     @property
     def gradients(self) -> bool:
         """Gradients reach it: through torch's autograd, or through its own declared backward."""
-        return self.tensors == "torch" or self.backward
+        return (self.tensors == "torch" and self.differentiable) or self.backward
 
     @property
     def paged(self) -> bool:
@@ -128,7 +131,7 @@ _FEATURE_NOTES = {
     "lse": "declared lse=False",
     "fused": "not declared fused=True",
     "paged": "no page_size keyword",
-    "gradients": "neither tensors='torch' (autograd) nor fn.attention_backward",
+    "gradients": "neither tensors='torch' with a differentiable output (autograd) nor fn.attention_backward",
     "cuda_checkers": "not a CUDA kernel executed on the CPU (no fn.cuda_run for the memory, race and barrier checkers)",
     **{mod: f"no `{mod}` keyword named in the signature" for mod in SCORE_MODS},
     "varlen": "no varlen face (capability faces)",
@@ -223,6 +226,10 @@ def _capabilities(fn: Callable, target: str) -> tuple[Capabilities, dict[str, Ca
         raise ImplLoadError(f"{target}: {found} declared; valid: {', '.join(SUPPORTED_DTYPES)}")
     if declared.get("tensors", "numpy") not in TENSOR_KINDS:
         raise ImplLoadError(f"{target}: tensors must be one of {TENSOR_KINDS}, got {declared['tensors']!r}")
+    if declared.get("differentiable", True) is not True and (declared.get("differentiable") is not False
+                                                            or declared.get("tensors") != "torch"):
+        raise ImplLoadError(f"{target}: differentiable is True or False, and False only with tensors='torch' (a "
+                            f"forward-only kernel on tensors); got {declared['differentiable']!r}")
     backward = getattr(fn, "attention_backward", None)
     if backward is not None and not callable(backward):
         raise ImplLoadError(f"{target}: attention_backward is a {type(backward).__name__}, not a function")
@@ -244,6 +251,10 @@ def _capabilities(fn: Callable, target: str) -> tuple[Capabilities, dict[str, Ca
         raise ImplLoadError(f"{target}: the kvcache face aligns causal bottom-right (the newest query sees every "
                             "key): declare causal_alignment='bottom_right'")
     tiles = tuple(declared.pop("tile_keywords", ()))
+    smallest = declared.get("min_block_size", 1)
+    if isinstance(smallest, bool) or not isinstance(smallest, int) or smallest < 1 or (smallest > 1 and not tiles):
+        raise ImplLoadError(f"{target}: min_block_size must be a positive int, and above 1 only with tile_keywords; "
+                            f"got {smallest!r}")
     adapter_keywords = ("page_size",) if faces[0] == "kvcache" and features["block_table"] else ()
     missing = [t for t in tiles if t not in params and not takes_kwargs and t not in adapter_keywords]
     if missing:
@@ -257,6 +268,7 @@ def _capabilities(fn: Callable, target: str) -> tuple[Capabilities, dict[str, Ca
 
 
 def _import_target(target: str) -> Callable:
+    interpret_without_gpu()  # before the module's @triton.jit decorators run, if it has any
     where, sep, attr = target.rpartition(":")
     if not sep or not where or not attr:
         raise ImplLoadError(f"--impl {target!r}: expected 'module.path:function' or 'path/to/file.py:function'")

@@ -81,10 +81,11 @@ def head_dims(max_d: int = 80) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(special), st.integers(1, max_d))
 
 
-def block_sizes(max_block: int = 65) -> st.SearchStrategy[int]:
-    """Tile sizes including 1 and sizes that divide nothing."""
-    return st.one_of(st.sampled_from([1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, 64, 65]),
-                     st.integers(1, max_block))
+def block_sizes(max_block: int = 65, min_block: int = 1) -> st.SearchStrategy[int]:
+    """Tile sizes including the smallest (1, or an implementation's min_block_size) and sizes that divide
+    nothing."""
+    special = [size for size in (1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 33, 64, 65) if min_block <= size <= max_block]
+    return st.one_of(st.sampled_from(special or [min_block]), st.integers(min_block, max(min_block, max_block)))
 
 
 def tile_limit(blocks: Iterable[int]) -> int:

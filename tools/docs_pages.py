@@ -39,6 +39,8 @@ MEANINGS = {
     "max_seq": "the longest sequence it is given (None: unbounded)",
     "tile_keywords": "keywords that set block sizes, e.g. `(\"block_rows\", \"block_cols\")`: the regimes run "
                      "their defaults at multiples +- 1; `page_size` among them makes it a paged KV cache",
+    "min_block_size": "the smallest size its `tile_keywords` take (1; a Triton kernel's `tl.dot` needs 16 on a "
+                      "GPU): the drawn block sizes start there",
     "lse": "accepts `return_lse=True` and returns `(out, lse)`",
     "fused": "one kernel for MatMul -> Scale -> Softmax -> (Dropout) -> MatMul: `fused-equals-unfused` "
              "compares it with the unfused sequence",
@@ -51,6 +53,8 @@ MEANINGS = {
                            "dBias and dSinks are checked against the oracle's",
     "tensors": "`numpy` or `torch`: with `torch`, q, k, v and the mask arrive as torch tensors sharing the arrays' "
                "memory and strides, and the output must be differentiable (gradients through autograd)",
+    "differentiable": "with `tensors='torch'`: False declares a forward-only kernel (inference, decoding): the "
+                      "gradient properties skip, saying so",
     "backward": "carries `fn.attention_backward(q, k, v, d_out, **kwargs) -> (dq, dk, dv)` in NumPy: the gradient "
                 "properties reach it",
     "bias": "beyond the seeds: takes a float `bias` broadcastable to (batch, heads, n_q, n_k), added to the scaled "

@@ -17,8 +17,9 @@ from specs.strategies import block_sizes, tile_limit
 def check_any_block_sizes(variant: Variant, data: st.DataObject, keywords: tuple[str, ...]) -> None:
     """Draw a size for each keyword (1, sizes dividing nothing, larger than n) and a problem reaching past them."""
     __tracebackhide__ = True
-    blocks = {keyword: data.draw(block_sizes(), label=keyword) for keyword in keywords}
     caps = variant.capabilities
+    smallest = caps.min_block_size if keywords == caps.tile_keywords else 1
+    blocks = {keyword: data.draw(block_sizes(min_block=smallest), label=keyword) for keyword in keywords}
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
     problem = data.draw(problems_for(variant, causal=causal, masked=masked, max_n=tile_limit(blocks.values()),
