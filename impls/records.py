@@ -44,6 +44,10 @@ BUILTIN_TARGETS = (
     "impls.cuda.cuda_flash_wmma:flash_wmma_on_cpu",
     "impls.cuda.cuda_paged_decode:paged_decode_on_device",
     "impls.cuda.cuda_paged_decode:paged_decode_on_cpu",
+    # Triton kernels (backend "triton": checked when --backend names it, tox -e triton; under the interpreter
+    # without a GPU)
+    "impls.triton.triton_flash_records:triton_flash",
+    "impls.triton.triton_flash_records:triton_flash_bottom_right",
     # the peers (backend "peers": checked only when --backend names them, tox -e peers)
     "impls.peers.flex:flex_eager",
     "impls.peers.flex:flex_compiled",
@@ -75,10 +79,17 @@ def pytest_attention_builtin_targets() -> tuple[str, ...]:
 
 def discover_records(package: str = "impls") -> list[str]:
     """The target of every record (a function carrying `attention_impl`'s name) defined in a module of
-    `package` or its subpackages, where it is defined (not where it is imported)."""
+    `package` or its subpackages, where it is defined (not where it is imported). A module that needs a package
+    not installed here (impls/triton's kernels need Triton) is passed over: records live in modules that import
+    their packages only where they run, so they are found everywhere."""
     root = importlib.import_module(package)
-    modules = [root] + [importlib.import_module(info.name)
-                        for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}.")]
+    modules = [root]
+    for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+        try:
+            modules.append(importlib.import_module(info.name))
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.partition(".")[0] == package.partition(".")[0]:
+                raise
     return sorted(f"{module.__name__}:{attr}" for module in modules for attr, value in vars(module).items()
                   if callable(value) and hasattr(value, "attention_name")
                   and getattr(value, "__module__", None) == module.__name__)

@@ -38,7 +38,7 @@ LN_2 = math.log(2.0)
 SHARED_FROM_SCORES = 2**27
 
 
-class _Plan:
+class FlashPlan:
     """What one call computes: shapes, scale, causal offset, mask, dropout, block sizes."""
 
     def __init__(self, q, k, v, *, scale, causal, causal_alignment, mask, dropout_p, dropout_seed,
@@ -206,13 +206,13 @@ def _block_size(name: str, size: object) -> int:
     return size
 
 
-def _sum_groups(x: torch.Tensor, plan: _Plan) -> torch.Tensor:
+def _sum_groups(x: torch.Tensor, plan: FlashPlan) -> torch.Tensor:
     """(batch * heads, n, dim) gradients summed over each kv head's query heads: (batch, heads_kv, n, dim)."""
     x = x.view(plan.batch, plan.heads_kv, plan.group, *x.shape[1:])
     return x.sum(dim=2)
 
 
-def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(plan: FlashPlan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     """out (batch * heads, n_q, d_v) and LSE (batch * heads, n_q) in the compute dtype; LSE = -inf and out = 0
     for a row with no visible key (without sinks; with them LSE is the sink's). The query blocks are shared among
     the torch threads (impls/torch/thread_shares.py); each block is _forward_rows'."""
@@ -228,7 +228,7 @@ def _forward(plan: _Plan, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     return out, lse
 
 
-def _forward_rows(plan: _Plan, qs, keys, values, sink, out, lse, rows: slice) -> int:
+def _forward_rows(plan: FlashPlan, qs, keys, values, sink, out, lse, rows: slice) -> int:
     """One query block's rows of out and LSE, written in place; returns the number of tiles it scored.
 
     The scores are kept in base 2 (q scaled by scale * log2(e)) and exponentiated with exp2, which torch
@@ -264,7 +264,7 @@ def _forward_rows(plan: _Plan, qs, keys, values, sink, out, lse, rows: slice) ->
     return tiles
 
 
-def _sink_logits(plan: _Plan) -> torch.Tensor | None:
+def _sink_logits(plan: FlashPlan) -> torch.Tensor | None:
     """Each (batch * heads) row's sink logit in base 2, (batch * heads, 1, 1), or None without sinks."""
     if plan.sinks is None:
         return None
@@ -272,7 +272,7 @@ def _sink_logits(plan: _Plan) -> torch.Tensor | None:
     return sinks.expand(plan.batch, plan.heads).reshape(-1, 1, 1)
 
 
-def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tensor | None, ...]:
+def _backward(plan: FlashPlan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tensor | None, ...]:
     """dQ, dK, dV from the saved LSE (each block's weights recomputed as exp(S - LSE)), and dBias and dSinks where
     the call has them. dBias is dS after the cap (the bias is added after it), summed over the axes the bias is
     broadcast along; softcap's derivative 1 - tanh^2 multiplies dS before dQ and dK; a sink's gradient is
@@ -312,7 +312,7 @@ def _backward(plan: _Plan, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tenso
             d_bias, d_sinks)
 
 
-def _backward_tile(plan: _Plan, qs, keys, values, d_out, row_dot, lse_safe, rows: slice, cols: slice,
+def _backward_tile(plan: FlashPlan, qs, keys, values, d_out, row_dot, lse_safe, rows: slice, cols: slice,
                    d_q, d_k, d_v, d_bias) -> None:
     """One tile's share of dQ, dK, dV and dBias, added in place: dS = P * (dP - D), P = exp2(S - LSE) recomputed."""
     raw = torch.bmm(qs[:, rows], keys[:, cols].transpose(1, 2))
@@ -348,7 +348,7 @@ def _add_broadcast_gradient(target: torch.Tensor, grad: torch.Tensor) -> None:
 
 class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, sinks, plan: _Plan):
+    def forward(ctx, q, k, v, bias, sinks, plan: FlashPlan):
         out, lse = _forward(plan, q, k, v)
         ctx.plan = plan
         ctx.save_for_backward(q, k, v, out, lse)
@@ -399,7 +399,7 @@ def flash_attention_tiled(
     if dropout_seed is None and dropout_p:
         dropout_seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
     mods = dict(bias=bias, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
-    plan = _Plan(q, k, v, scale=scale, causal=bool(causal), causal_alignment=causal_alignment, mask=mask,
+    plan = FlashPlan(q, k, v, scale=scale, causal=bool(causal), causal_alignment=causal_alignment, mask=mask,
                  dropout_p=dropout_p, dropout_seed=dropout_seed, block_rows=block_rows, block_cols=block_cols,
                  mods=mods)
     out, lse = _FlashAttentionFunction.apply(q, k, v, bias, sinks, plan)
