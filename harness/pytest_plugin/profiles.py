@@ -1,4 +1,5 @@
-"""The suite's Hypothesis profiles: dev (default), ci (derandomized, no deadline, print_blob), thorough.
+"""The suite's Hypothesis profiles: dev (default), ci (derandomized, no deadline, print_blob), thorough, and smoke
+(ci with 3 examples: a record that costs seconds a call, kept from rotting in CI, tox -e triton-ci).
 
 They are registered and loaded only when the suite runs (harness.pytest_plugin.options), so that installing the suite
 leaves the Hypothesis settings of a user's own tests alone.
@@ -30,6 +31,9 @@ def load(name: str | None, *, shrink: bool = True) -> None:
     settings.register_profile("ci", max_examples=15, derandomize=True, print_blob=True, database=None,
                               phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink], **_COMMON)
     settings.register_profile("thorough", max_examples=400, derandomize=False, **_COMMON)
+    # smoke: every property reached, each on the first few of ci's examples (derandomized alike); a check that the
+    # record still runs and agrees, not a search: its verdicts say nothing about the examples it did not draw
+    settings.register_profile("smoke", settings.get_profile("ci"), max_examples=3)
     settings.load_profile(name or DEFAULT)
     if not shrink:
         phases = [phase for phase in settings.default.phases if phase is not Phase.shrink]
