@@ -16,12 +16,13 @@ unmasked store as a written margin.
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import torch
 import triton
 
 from impls.torch.torch_flash import FlashPlan
-from impls.triton.flash_kernels import flash_backward_keys, flash_backward_queries, flash_forward
+from impls.triton import flash_kernels
 from impls.triton.guarded_buffers import check_margins, guarded_copy, guarded_empty
 from impls.triton.triton_flash_records import MIN_BLOCK
 from protocol.triton_interpreter import interpreting
@@ -34,9 +35,10 @@ LOG2_E = 1.0 / math.log(2.0)
 class _Launch:
     """One call's kernel arguments: the shapes, the scale in base 2, the window, the cap, dropout, the tiles."""
 
-    def __init__(self, plan: FlashPlan, device: torch.device):
+    def __init__(self, plan: FlashPlan, device: torch.device, kernels: ModuleType):
         self.plan = plan
         self.device = device
+        self.kernels = kernels
         left, right = plan.window or (-1, -1)
         p = plan.dropout_p
         self.scalars = (plan.n_q, plan.n_k, plan.d, plan.d_v, plan.heads, plan.group, plan.scale * LOG2_E,
@@ -73,7 +75,7 @@ def _forward(launch: _Launch, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     out = launch.output((plan.batch, plan.heads, plan.n_q, plan.d_v), q.dtype)
     lse = launch.output((plan.batch, plan.heads, plan.n_q), torch.float32)
     if plan.n_q and plan.batch * plan.heads:
-        flash_forward[launch.grid(plan.n_q, plan.block_rows)](
+        launch.kernels.flash_forward[launch.grid(plan.n_q, plan.block_rows)](
             launch.input(q), launch.input(k), launch.input(v), out, lse, launch.row_keys, *launch.scalars,
             **launch.blocks)
     launch.checked(out=out, lse=lse)
@@ -94,10 +96,11 @@ def _backward(launch: _Launch, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.T
     d_k = launch.output((plan.batch, plan.heads, plan.n_k, plan.d), torch.float32)
     d_v = launch.output((plan.batch, plan.heads, plan.n_k, plan.d_v), torch.float32)
     if plan.n_q and plan.n_k and plan.batch * plan.heads:
-        flash_backward_keys[launch.grid(plan.n_k, plan.block_cols)](*inputs, d_k, d_v, *launch.scalars,
-                                                                    **launch.blocks)
-        flash_backward_queries[launch.grid(plan.n_q, plan.block_rows)](*inputs, d_q, *launch.scalars,
-                                                                       **launch.blocks)
+        launch.kernels.flash_backward_keys[launch.grid(plan.n_k, plan.block_cols)](*inputs, d_k, d_v,
+                                                                                   *launch.scalars, **launch.blocks)
+        launch.kernels.flash_backward_queries[launch.grid(plan.n_q, plan.block_rows)](*inputs, d_q,
+                                                                                      *launch.scalars,
+                                                                                      **launch.blocks)
     else:  # no tile: every gradient is 0
         for gradient in (d_q, d_k, d_v):
             gradient.zero_()
@@ -133,14 +136,15 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
                      causal: bool = False, causal_alignment: str = "top_left", dropout_p: float = 0.0,
                      dropout_seed: int | None = None, block_rows: int = 64, block_cols: int = 64,
-                     return_lse: bool = False, window_size: tuple[int, int] | None = None, softcap: float = 0.0):
+                     return_lse: bool = False, window_size: tuple[int, int] | None = None, softcap: float = 0.0,
+                     kernels: ModuleType = flash_kernels):
     """Attention of q (batch, heads, n_q, d), k (batch, heads_kv, n_k, d), v (batch, heads_kv, n_k, d_v) in
     float32, float16 or bfloat16 by the Triton kernels. causal_alignment "top_left": query i sees keys j <= i;
     "bottom_right": j <= i + n_k - n_q. block_rows and block_cols are any positive sizes (a kernel lays its tile
     over the next power of two, at least 16, and masks the rest). dropout_seed selects the mask
     (specs.dropout_mask); None draws one from torch's default generator. Differentiable in q, k, v; with
     return_lse, (out, lse), lse (batch, heads, n_q) float32 in natural log, -inf for a row with no visible key
-    (whose output is 0)."""
+    (whose output is 0). `kernels`: a module with the same three kernels (a changed copy of flash_kernels)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if isinstance(x, torch.Tensor) and x.dtype not in DTYPES:
             raise AttentionInputError(f"{name} has dtype {x.dtype}; the Triton kernels take float32, float16 or "
@@ -155,5 +159,5 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
             raise AttentionInputError(f"{name}={size}: the kernels' tiles are at least {MIN_BLOCK} (tl.dot's "
                                       "smallest on a GPU)")
     device = q.device if interpreting() or q.is_cuda else torch.device("cuda")
-    out, lse = _TritonFlashFunction.apply(q, k, v, _Launch(plan, device))
+    out, lse = _TritonFlashFunction.apply(q, k, v, _Launch(plan, device, kernels))
     return (out, lse) if return_lse else out
