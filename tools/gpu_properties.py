@@ -1,5 +1,6 @@
 """Step 2 of gpu-check: the suite's properties and interpretations on the cupy backend (the CUDA records, on
-the device and on the CPU), under the `ci` Hypothesis profile, bounded in time; what its report.json says."""
+the device and on the CPU) and the triton backend (the Triton records, natively where Triton is installed), under
+the `ci` Hypothesis profile, bounded in time; what its report.json says."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ IMPL_TIMEOUT_S = 20  # --impl-timeout: one implementation call longer than this 
 
 
 def command(report_dir: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "properties", "interpretations", "--backend", "cupy",
-            "-p", "no:cacheprovider", "--report", report_dir, "-q", "-x", "--impl-timeout", str(IMPL_TIMEOUT_S)]
+    return [sys.executable, "-m", "pytest", "properties", "interpretations", "--backend", "cupy", "--backend",
+            "triton", "-p", "no:cacheprovider", "--report", report_dir, "-q", "-x", "--impl-timeout",
+            str(IMPL_TIMEOUT_S)]
 
 
 def per_record(report: dict) -> dict[str, dict]:
