@@ -58,6 +58,7 @@ BUILTIN_TARGETS = (
     "impls.peers.hf_attention:gemma2_eager",
     "impls.peers.hf_attention:gpt_oss_eager",
     "impls.peers.hf_attention:hf_sdpa",
+    "impls.peers.liger:liger_neighborhood_attention",  # a Triton peer: tox -e triton-peers
 )
 
 
