@@ -96,6 +96,18 @@ def _query_range(first_col, last_col, n_q, offset, left, right):
 
 
 @triton.jit
+def _query_tile(Q, bh, n_q, d, block_rows, qk_scale, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The program's `block_rows` queries of (batch, head) bh: their rows, which are real, and q (float32, times
+    the scale in base 2), zero past the tile and the sequence."""
+    rows = tl.program_id(0) * block_rows + tl.arange(0, BLOCK_M)
+    row_ok = (tl.arange(0, BLOCK_M) < block_rows) & (rows < n_q)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + (bh * n_q + rows[:, None]) * d + dims[None, :], mask=row_ok[:, None] & (dims[None, :] < d),
+                other=0.0).to(tl.float32) * qk_scale
+    return rows, row_ok, q
+
+
+@triton.jit
 def flash_forward(Q, K, V, Out, Lse, RowKeys, n_q, n_k, d, d_v, heads, group, qk_scale, softcap_log2, offset,
                   left, right, block_rows, block_cols, drop_threshold, keep_scale, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, SOFTCAP: tl.constexpr,
@@ -103,12 +115,9 @@ def flash_forward(Q, K, V, Out, Lse, RowKeys, n_q, n_k, d, d_v, heads, group, qk
     """One tile of `block_rows` queries of one (batch, head): out and the natural-log LSE (-inf, out 0: no key)."""
     bh = tl.program_id(1)
     bkv = (bh // heads) * (heads // group) + (bh % heads) // group
-    rows = tl.program_id(0) * block_rows + tl.arange(0, BLOCK_M)
-    row_ok = (tl.arange(0, BLOCK_M) < block_rows) & (rows < n_q)
     dims = tl.arange(0, HEAD_DIM)
     vdims = tl.arange(0, VALUE_DIM)
-    q = tl.load(Q + (bh * n_q + rows[:, None]) * d + dims[None, :], mask=row_ok[:, None] & (dims[None, :] < d),
-                other=0.0).to(tl.float32) * qk_scale
+    rows, row_ok, q = _query_tile(Q, bh, n_q, d, block_rows, qk_scale, BLOCK_M, HEAD_DIM)
     row_keys = tl.load(RowKeys + bh * n_q + rows, mask=row_ok, other=0) if DROPOUT else 0
     row_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     row_sum = tl.zeros((BLOCK_M,), tl.float32)
@@ -216,12 +225,9 @@ def flash_backward_queries(Q, K, V, DOut, LseLog2, RowDot, RowKeys, DQ, n_q, n_k
     they may see, in order."""
     bh = tl.program_id(1)
     bkv = (bh // heads) * (heads // group) + (bh % heads) // group
-    rows = tl.program_id(0) * block_rows + tl.arange(0, BLOCK_M)
-    row_ok = (tl.arange(0, BLOCK_M) < block_rows) & (rows < n_q)
     dims = tl.arange(0, HEAD_DIM)
     vdims = tl.arange(0, VALUE_DIM)
-    q = tl.load(Q + (bh * n_q + rows[:, None]) * d + dims[None, :], mask=row_ok[:, None] & (dims[None, :] < d),
-                other=0.0).to(tl.float32) * qk_scale
+    rows, row_ok, q = _query_tile(Q, bh, n_q, d, block_rows, qk_scale, BLOCK_M, HEAD_DIM)
     d_out = tl.load(DOut + (bh * n_q + rows[:, None]) * d_v + vdims[None, :],
                     mask=row_ok[:, None] & (vdims[None, :] < d_v), other=0.0).to(tl.float32)
     lse_log2 = tl.load(LseLog2 + bh * n_q + rows, mask=row_ok, other=float("inf"))

@@ -50,7 +50,6 @@ def test_the_smallest_block_is_positive_and_needs_tile_keywords(name):
 @given(st.data())
 def test_block_sizes_start_at_the_smallest_block(data):
     assert 16 <= data.draw(block_sizes(min_block=16)) <= 65
-    assert 1 <= data.draw(block_sizes()) <= 65
 
 
 def test_block_sizes_still_reach_one_and_the_smallest_block():
