@@ -58,7 +58,10 @@ BUILTIN_TARGETS = (
     "impls.peers.hf_attention:gemma2_eager",
     "impls.peers.hf_attention:gpt_oss_eager",
     "impls.peers.hf_attention:hf_sdpa",
-    "impls.peers.liger:liger_neighborhood_attention",  # a Triton peer: tox -e triton-peers
+    # Triton peers: tox -e triton-peers
+    "impls.peers.liger:liger_neighborhood_attention",
+    "impls.peers.flash_attn_triton:flash_attn_triton",
+    "impls.peers.xformers_splitk:xformers_splitk",
 )
 
 

@@ -1,7 +1,7 @@
 """Calls of an implementation's varlen and kv-cache faces (protocol.faces) from a property, under CONTRACT 1's
 failure rules: a raise, an overrun or a wrong output fails the trial's property with a repro script that rebuilds
-the face's inputs. Face calls run in the property's process (the dense calls of an isolated implementation run in
-its worker, harness.engine.isolation)."""
+the face's inputs. An isolated implementation's face calls run in its worker (harness.engine.isolation), as its
+dense calls do, so a face that crashes its process is a verdict too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from harness.api.evidence import PropertyViolation
 from harness.api.explain import judge_pack, judge_raise
 from harness.api.perturb import perturbed_pack
 from harness.api.trial import Trial
+from harness.engine import run_context
 from harness.engine.guarded_call import CallFailed, call_in_process, checked_array
+from harness.engine.isolation import call_isolated
 from specs.problems import Problem
 
 
@@ -23,6 +25,8 @@ def call_face(trial: Trial, face: str, arrays: tuple[np.ndarray, ...], keywords:
 
     def call(inputs: tuple) -> object:
         try:
+            if impl.target in run_context.current().isolated_targets:
+                return call_isolated(impl.target, inputs, "contiguous", keywords, face=face)
             return call_in_process(impl.face(face), inputs, keywords, impl.capabilities.tensors)
         except CallFailed as failure:
             if failure.kind == "raised":

@@ -7,9 +7,10 @@ fork server that has only NumPy and the harness loaded (no torch threads to dead
 state (harness.engine.call_state: the generators' seed, torch's settings) travels with each call and is set in the
 worker before it. q, k, v travel as contiguous arrays with the name of their layout (specs.layouts), are laid
 out the same way in the worker, and come back after the call, so a write to an input is seen by the caller as
-it would be in process. A worker that dies raises WorkerCrashed naming the signal; one that does not answer
-within the call limit (native code ignores SIGALRM) is killed and raises WorkerTimedOut. Either way the next
-call starts a fresh worker.
+it would be in process. A call names the face it calls (protocol.faces): the varlen and kv-cache faces of an
+isolated implementation run in its worker too, and a kv cache written in place comes back as it was written. A
+worker that dies raises WorkerCrashed naming the signal; one that does not answer within the call limit (native
+code ignores SIGALRM) is killed and raises WorkerTimedOut. Either way the next call starts a fresh worker.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def _portable(value: object) -> object:
     return value if array is None else np.asarray(array)
 
 
+def _contiguous(arrays: tuple[np.ndarray | None, ...]) -> tuple[np.ndarray | None, ...]:
+    """The arrays as they travel: contiguous, an absent one (a kv-cache call's k=None) as None."""
+    return tuple(None if x is None else np.ascontiguousarray(x) for x in arrays)
+
+
 def _serve(conn: Connection, target: str) -> None:
     """The worker: load the implementation, then answer calls until the pipe closes."""
     from protocol.registry import load_impl  # the worker's imports, kept out of the parent's
@@ -58,13 +64,14 @@ def _serve(conn: Connection, target: str) -> None:
         return
     while True:
         try:
-            arrays, layout, kwargs, limit, state = conn.recv()
+            face, arrays, layout, kwargs, limit, state = conn.recv()
         except EOFError:
             return
-        laid_out = tuple(to_layout(x, layout) for x in arrays)
+        laid_out = tuple(None if x is None else to_layout(x, layout) for x in arrays)
         apply_settings(state)
+        fn = impl.fn if face is None else impl.face(face)
         try:
-            result = _portable(call_in_process(impl.fn, laid_out, kwargs, impl.capabilities.tensors, state.seed, limit))
+            result = _portable(call_in_process(fn, laid_out, kwargs, impl.capabilities.tensors, state.seed, limit))
             pickle.dumps(result)
         except CallFailed as failure:
             conn.send(("failed", (failure.summary, failure.kind), None))
@@ -72,7 +79,7 @@ def _serve(conn: Connection, target: str) -> None:
         except Exception as exc:  # the result could not be sent back
             conn.send(("failed", (f"returned an object that cannot leave the worker: {exc}", "output"), None))
             continue
-        conn.send(("ok", result, tuple(np.ascontiguousarray(x) for x in laid_out)))
+        conn.send(("ok", result, _contiguous(laid_out)))
 
 
 def _describe_exit(code: int | None) -> str:
@@ -98,10 +105,10 @@ class Worker:
         self.process.start()
         child.close()
 
-    def call(self, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float,
+    def call(self, face: str | None, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float,
              state: CallState) -> object:
         try:
-            self.conn.send((tuple(np.ascontiguousarray(x) for x in arrays), layout, kwargs, limit, state))
+            self.conn.send((face, _contiguous(arrays), layout, kwargs, limit, state))
         except (BrokenPipeError, ConnectionError):
             self.process.join(5)
             raise WorkerCrashed(_describe_exit(self.process.exitcode)) from None
@@ -116,7 +123,7 @@ class Worker:
         if status == "failed":
             raise CallFailed(*result)
         for original, returned in zip(arrays, after, strict=True):
-            if not np.array_equal(original, returned, equal_nan=True):
+            if original is not None and not np.array_equal(original, returned, equal_nan=True):
                 np.copyto(original, returned)  # the implementation wrote to its input: show the caller
         return result
 
@@ -136,13 +143,13 @@ class WorkerPool:
     def __init__(self) -> None:
         self.workers: dict[str, Worker] = {}
 
-    def call(self, target: str, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict, limit: float,
-             state: CallState) -> object:
+    def call(self, target: str, face: str | None, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict,
+             limit: float, state: CallState) -> object:
         worker = self.workers.get(target)
         if worker is None or not worker.alive:
             worker = self.workers[target] = Worker(target)
         try:
-            return worker.call(arrays, layout, kwargs, limit, state)
+            return worker.call(face, arrays, layout, kwargs, limit, state)
         except (WorkerCrashed, WorkerTimedOut):
             del self.workers[target]
             raise
@@ -158,12 +165,13 @@ atexit.register(WORKERS.close)
 
 
 def call_isolated(target: str, arrays: tuple[np.ndarray, ...], layout: str, kwargs: dict,
-                  seed: int | None = None) -> object:
-    """fn(q, k, v, **kwargs) in the implementation's worker, under this process's state with the global
-    generators seeded with `seed` (harness.engine.call_state); a crash or a hang fails the call (CallFailed)."""
+                  seed: int | None = None, face: str | None = None) -> object:
+    """fn(q, k, v, **kwargs) in the implementation's worker, or its face `face` (protocol.faces) called on
+    `arrays`, under this process's state with the global generators seeded with `seed` (harness.engine.call_state);
+    a crash or a hang fails the call (CallFailed)."""
     limit = run_context.current().timeout_s
     try:
-        return WORKERS.call(target, arrays, layout, kwargs, limit, capture(seed))
+        return WORKERS.call(target, face, arrays, layout, kwargs, limit, capture(seed))
     except WorkerTimedOut:
         summary = f"the call took longer than {limit:g} s (its worker process was replaced)"
         raise CallFailed(summary, "timeout") from None

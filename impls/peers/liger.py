@@ -7,7 +7,8 @@ three, d_v = d (the record declares cross, gqa and value_dim False); `scale` Non
 keys within kernel_size // 2 of position i (kernel_size odd, dilation 1 here). So the protocol's window (w, w) is
 kernel_size 2w + 1, no window is a neighbourhood wider than the sequence (2n + 1), and a window of unequal or
 unbounded sides is not a neighbourhood: the adapter refuses it by name. Autograd reaches q, k, v through liger's own
-backward. Float32 and float16: the interpreter multiplies bfloat16 `tl.dot` operands' raw bits
+backward. Its forward calls run in a worker process (declared native: the interpreter checks no bounds, and a
+store past a tensor would corrupt the pytest process's heap). Float32 and float16: the interpreter multiplies bfloat16 `tl.dot` operands' raw bits
 (triton-lang/triton#11584), and liger's kernels dot bfloat16 tiles as they are, so bfloat16 says nothing about
 liger here.
 """
@@ -21,7 +22,7 @@ from specs.validation import AttentionInputError
 
 
 @attention_impl(name="liger-neighborhood", backend="peers", dtypes=("float32", "float16"), tensors="torch",
-                causal_alignment="top_left", cross=False, gqa=False, value_dim=False,
+                causal_alignment="top_left", cross=False, gqa=False, value_dim=False, native=True,
                 probe=installed("liger_kernel", "triton", installer="tox -e triton-peers"))
 def liger_neighborhood_attention(q, k, v, *, scale=None, window_size=None):
     from liger_kernel.transformers.functional import liger_fused_neighborhood_attention

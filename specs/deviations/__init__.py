@@ -17,6 +17,7 @@ import numpy as np
 from specs.deviations.base import OUTPUTS, Call, Deviation, DeviationError, PatternDeviation
 from specs.deviations.deviant_model import DeviantModel
 from specs.deviations.errors import ERROR_DEVIATIONS
+from specs.deviations.ignored import IGNORED_DEVIATIONS
 from specs.deviations.kernels import KERNEL_DEVIATIONS
 from specs.deviations.lse import LSE_DEVIATIONS
 from specs.deviations.poison import POISON_DEVIATIONS
@@ -26,7 +27,7 @@ from specs.fill import finite_garbage
 
 # narrowest first: accept mode (harness.pytest_plugin.accept) tries them in this order
 CATALOGUE: dict[str, type[Deviation]] = {cls.name: cls for cls in (
-    *ROW_DEVIATIONS, *POISON_DEVIATIONS, *LSE_DEVIATIONS, *ERROR_DEVIATIONS, *KERNEL_DEVIATIONS,
+    *ROW_DEVIATIONS, *IGNORED_DEVIATIONS, *POISON_DEVIATIONS, *LSE_DEVIATIONS, *ERROR_DEVIATIONS, *KERNEL_DEVIATIONS,
     *PRECISION_DEVIATIONS)}
 
 

@@ -43,11 +43,20 @@ class KeylessLsePlusInf(Deviation):
     summary = ("a row with no visible key has log-sum-exp +inf (FlashAttention's kernels: the early exit of a "
                "block range with no key, and softmax.h's row_sum of 0 turned into +inf), not -inf")
 
+    value: ClassVar[float] = np.inf
+
     def transform(self, result, q, k, v, keywords):
         rows = keyless_rows(result)
         if not rows.any():
             return result
-        return dataclasses.replace(result, lse=np.where(rows, result.lse.dtype.type(np.inf), result.lse))
+        return dataclasses.replace(result, lse=np.where(rows, result.lse.dtype.type(self.value), result.lse))
+
+
+class KeylessLseZero(KeylessLsePlusInf):
+    name = "keyless-lse-zero"
+    summary = ("a row with no visible key has log-sum-exp 0, not -inf (flash-attn's Triton backend: the early "
+               "exit of a block with no visible key stores an LSE of 0)")
+    value: ClassVar[float] = 0.0
 
 
 class CausalAlibiLseShift(Deviation):
@@ -95,4 +104,4 @@ class CausalAlibiLseShift(Deviation):
                 "lse": np.broadcast_to(SAFETY * score_error[:, :, None], result.lse.shape)}
 
 
-LSE_DEVIATIONS = (KeylessLseFinite, KeylessLsePlusInf, CausalAlibiLseShift)
+LSE_DEVIATIONS = (KeylessLseFinite, KeylessLsePlusInf, KeylessLseZero, CausalAlibiLseShift)

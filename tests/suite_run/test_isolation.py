@@ -85,3 +85,30 @@ def test_a_crashing_implementation_gets_its_verdict_and_the_report_is_written(tm
 def _stop_workers():
     yield
     WORKERS.close()
+
+
+def test_a_face_called_isolated_is_a_verdict_when_it_crashes_and_writes_its_cache_back():
+    """The varlen and kv-cache faces of an isolated implementation run in its worker: an abort there fails the call
+    with the signal instead of ending the pytest process, a cache the kv-cache face writes in place comes back to
+    the caller as it was written, and an absent argument (k=None) arrives as None."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((5, 1, 4)) for _ in range(3))
+    cu = np.array([0, 2, 5], dtype=np.int32)
+    with pytest.raises(CallFailed, match=r"crashed its process: signal SIGABRT"):
+        call_isolated("tests/fixtures/crashing_impls.py:varlen_aborts", (q, k, v, cu, cu), "contiguous",
+                      {"max_seqlen_q": 3, "max_seqlen_k": 3}, face="varlen")
+    q, new_k, new_v = (rng.standard_normal((1, 1, 1, 4)) for _ in range(3))
+    k_cache, v_cache = rng.standard_normal((1, 4, 1, 4)), rng.standard_normal((1, 4, 1, 4))
+    lengths = np.array([2], dtype=np.int32)
+    kvcache = load_impl("impls.numpy.numpy_kv_cache:kv_cache_attention").face("kvcache")
+    k_here, v_here = k_cache.copy(), v_cache.copy()
+    expected = kvcache(q, k_here, v_here, new_k, new_v, cache_seqlens=lengths)
+    out = call_isolated("impls.numpy.numpy_kv_cache:kv_cache_attention", (q, k_cache, v_cache, new_k, new_v),
+                        "contiguous", {"cache_seqlens": lengths}, face="kvcache")
+    np.testing.assert_array_equal(k_cache, k_here)  # the new key written at slot 2 in the caller's cache
+    np.testing.assert_array_equal(k_cache[0, 2], new_k[0, 0])
+    np.testing.assert_array_equal(out, expected)
+    alone = call_isolated("impls.numpy.numpy_kv_cache:kv_cache_attention", (q, k_cache, v_cache, None, None),
+                          "contiguous", {"cache_seqlens": lengths}, face="kvcache")  # no new keys: k=None travels
+    np.testing.assert_array_equal(alone, kvcache(q, k_here, v_here, cache_seqlens=lengths))
+

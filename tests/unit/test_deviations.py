@@ -121,6 +121,9 @@ CASES = {
                                      _poisoned(_hiding(BASE, [], [4]), values=[(0, 1, 2, 0)]), "float64", {}, None),
     "nan-score-row-zero": ("nan_score_row_zero", {"deviation": "nan-score-row-zero"},
                            _poisoned(BASE, keys=[(1, 0, 3)]), "float64", {}, (0, 0, 2, 1)),
+    # every row's window (1, 1) hides a key the implementation weighs all the same
+    "ignores-keyword": ("window_ignored", {"deviation": "ignores-keyword", "keyword": "window_size"},
+                        BASE.derive("p = p.replace(window_size=(1, 1))"), "float64", {}, None),
     "float32-softmax": ("float32_softmax", {"deviation": "float32-softmax"}, BASE, "float64", {}, None),
     "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
     # a scale bfloat16 cannot hold (303 / 64 needs 9 bits): rounded to the dtype, it would move every score
@@ -204,6 +207,7 @@ LSE_CASES = {
     "keyless-lse-finite": ("keyless_lse_finite", {"deviation": "keyless-lse-finite", "fill": LARGE_NEGATIVE},
                            _hiding(BASE, [0, 2]), ""),
     "keyless-lse-plus-inf": ("flash_conventions", {"deviation": "keyless-lse-plus-inf"}, _hiding(BASE, [1]), ""),
+    "keyless-lse-zero": ("keyless_lse_zero", {"deviation": "keyless-lse-zero"}, _hiding(BASE, [1, 3]), ""),
     "causal-alibi-lse-shift": ("flash_conventions", {"deviation": "causal-alibi-lse-shift"}, BASE,
                                "p = p.replace(causal=True, alibi_slopes=np.array([0.5, 0.25]))"),
 }

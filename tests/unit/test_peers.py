@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "docs" / "findings"
 PEER_TARGETS = tuple(t for t in BUILTIN_TARGETS if t.startswith("impls.peers."))
 # what a finding's script may import: the standard library, NumPy and the peers themselves
-PEER_PACKAGES = {"numpy", "torch", "jax", "flax", "keras", "transformers"}
+PEER_PACKAGES = {"numpy", "torch", "jax", "flax", "keras", "transformers", "flash_attn", "xformers", "liger_kernel"}
 
 
 def test_a_run_without_backend_leaves_the_peers_out():
@@ -389,3 +389,85 @@ def test_the_page_refuses_a_report_without_peers(tmp_path, capsys):
     (tmp_path / "report.json").write_text('{"verdicts": []}')
     assert peers_page.main([str(tmp_path), str(tmp_path / "peers.md")]) == 2
     assert "holds no peer's verdict" in capsys.readouterr().err
+
+
+
+# -- the Triton peers (tox -e triton-peers installs them): flash-attn's Triton backend and xformers' split-k --------
+def _triton_peer(module: str, target: str):
+    pytest.importorskip("torch")
+    pytest.importorskip(module)
+    impl = load_impl(target)
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    return impl
+
+
+def _torch(arrays, dtype: str):
+    import torch
+
+    return [torch.from_numpy(np.ascontiguousarray(x)).to(getattr(torch, dtype)) for x in arrays]
+
+
+def _numpy(x) -> np.ndarray:
+    return x.detach().double().numpy()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_flash_attn_triton_adapter_maps_every_face_as_the_oracle_reads_it(causal):
+    """float32 under the interpreter (its dots are exact products summed in float32: 1e-6 here): dense in (b, n, h,
+    d) transposed, GQA and n_q < n_k with the bottom-right alignment told apart, the LSE; varlen with int32
+    cu_seqlens; the kv cache, its LSE's rows put back as (batch, heads, n_q). Fails on an adapter that forgets the
+    transpose, the alignment or the LSE's reshape (each a wrong value here)."""
+    impl = _triton_peer("flash_attn", "impls.peers.flash_attn_triton:flash_attn_triton")
+    q, k, v, _ = _problem(seed=3)
+    v = np.concatenate([v, v[..., :2]], axis=-1)  # flash-attn takes d_v = d
+    out, lse = impl.fn(*_torch((q, k, v), "float32"), causal=causal, scale=0.4, return_lse=True)
+    expected = attention(q, k, v, causal=causal, causal_alignment="bottom_right", scale=0.4)
+    np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
+    np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
+    if causal:
+        other = attention(q, k, v, causal=True, causal_alignment="top_left", scale=0.4)
+        assert np.abs(other.out - expected.out).max() > 1e-3
+    packed = pack_sequences(q, k, v, [5, 3], [9, 6], tail=2)
+    cu_q, cu_k = _torch(packed.arrays[3:], "int32")
+    out = impl.face("varlen")(*_torch(packed.arrays[:3], "float32"), cu_q, cu_k, **packed.keywords, causal=causal)
+    want, _ = varlen_attention(packed.q, packed.k, packed.v, packed.packing(), causal=causal)
+    np.testing.assert_allclose(_numpy(out), want, atol=2e-6)
+    cache_k, cache_v = (np.concatenate([x.swapaxes(1, 2), np.zeros((2, 3, 2, 8))], axis=1) for x in (k, v))
+    out, lse = impl.face("kvcache")(*_torch((q.swapaxes(1, 2), cache_k, cache_v), "float32"),
+                                    cache_seqlens=_torch([np.array([9, 9])], "int32")[0], causal=causal,
+                                    return_lse=True)
+    plain = attention(q, k, v, causal=causal, causal_alignment="bottom_right")
+    np.testing.assert_allclose(_numpy(out).swapaxes(1, 2), plain.out, atol=2e-6)
+    np.testing.assert_allclose(_numpy(lse), plain.lse, atol=2e-6)
+
+
+def test_the_xformers_splitk_adapter_maps_the_dense_varlen_and_kvcache_faces():
+    """float16 under the interpreter, judged to 3e-3 (float16 inputs rounded, then products summed in float32 over
+    at most 9 keys and outputs of order 1: a few units of float16's 2^-11); head dims 8 and 6 zero-padded to the
+    operator's 16, GQA as BMGHK. Fails on an adapter that groups the heads wrongly (heads 0 and 1 share kv head 0
+    here) or lets the padding change the scale (1/sqrt(16) for 1/sqrt(8))."""
+    impl = _triton_peer("xformers", "impls.peers.xformers_splitk:xformers_splitk")
+    q, k, v, _ = _problem(seed=4)
+    q, k, v = (x.astype(np.float16).astype(np.float64) for x in (q, k, v))  # the inputs it sees, exactly
+    out, lse = impl.fn(*_torch((q, k, v), "float16"), return_lse=True)
+    expected = attention(q, k, v)
+    np.testing.assert_allclose(_numpy(out), expected.out, atol=3e-3)
+    np.testing.assert_allclose(_numpy(lse), expected.lse, atol=3e-3)
+    out = impl.fn(*_torch((q[:, :, :3], k, v), "float16"), causal=True)  # 3 queries: within its 16 for causal
+    np.testing.assert_allclose(_numpy(out), attention(q[:, :, :3], k, v, causal=True,
+                                                      causal_alignment="bottom_right").out, atol=3e-3)
+    packed = pack_sequences(q, k, v, [5, 3], [7, 6], unused_k=2, tail=2)  # seqused_k: 2 keys of each unread
+    cu_q, cu_k = _torch(packed.arrays[3:], "int32")
+    out = impl.face("varlen")(*_torch(packed.arrays[:3], "float16"), cu_q, cu_k, **packed.keywords)
+    want, _ = varlen_attention(packed.q, packed.k, packed.v, packed.packing())
+    np.testing.assert_allclose(_numpy(out), want, atol=3e-3)
+    cache_k, cache_v = (np.concatenate([x.swapaxes(1, 2)[:, :7], np.zeros((2, 5) + x.shape[1:2] + x.shape[3:])],
+                                       axis=1) for x in (k, v))
+    cache = _torch((cache_k, cache_v), "float16")
+    new = _torch((k.swapaxes(1, 2)[:, 7:], v.swapaxes(1, 2)[:, 7:]), "float16")
+    out = impl.face("kvcache")(_torch((q.swapaxes(1, 2)[:, :3],), "float16")[0], *cache, *new,
+                               cache_seqlens=_torch([np.array([7, 7])], "int32")[0], causal=True)
+    np.testing.assert_allclose(_numpy(out).swapaxes(1, 2), attention(q[:, :, :3], k, v, causal=True,
+                                                                     causal_alignment="bottom_right").out, atol=3e-3)
+    np.testing.assert_allclose(_numpy(cache[0][:, 7:9]), k.swapaxes(1, 2)[:, 7:9], atol=0)  # written in place
