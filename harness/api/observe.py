@@ -13,9 +13,9 @@ import numpy as np
 
 from harness.api.trial import Trial
 from specs.problems import Problem
-from specs.validation import AttentionInputError
 from specs.reference import AttentionResult
 from specs.tolerance import Allowance
+from specs.validation import AttentionInputError
 
 
 @dataclass(frozen=True)
