@@ -7,10 +7,10 @@ three, d_v = d (the record declares cross, gqa and value_dim False); `scale` Non
 keys within kernel_size // 2 of position i (kernel_size odd, dilation 1 here). So the protocol's window (w, w) is
 kernel_size 2w + 1, no window is a neighbourhood wider than the sequence (2n + 1), and a window of unequal or
 unbounded sides is not a neighbourhood: the adapter refuses it by name. Autograd reaches q, k, v through liger's own
-backward. Its forward calls run in a worker process (declared native: the interpreter checks no bounds, and a
-store past a tensor would corrupt the pytest process's heap). Float32 and float16: the interpreter multiplies bfloat16 `tl.dot` operands' raw bits
-(triton-lang/triton#11584), and liger's kernels dot bfloat16 tiles as they are, so bfloat16 says nothing about
-liger here.
+backward. Its forward calls run in a worker process (declared native: the interpreter checks no bounds, and a store
+past a tensor would corrupt the pytest process's heap). Float32 and float16: the interpreter multiplies bfloat16
+`tl.dot` operands' raw bits (triton-lang/triton#11584), and liger's kernels dot bfloat16 tiles as they are, so
+bfloat16 says nothing about liger here.
 """
 
 from __future__ import annotations

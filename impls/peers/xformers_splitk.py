@@ -2,12 +2,12 @@
 `memory_efficient_attention_forward` dispatches decoding to on GPUs, under Triton's interpreter where no GPU is.
 
 Running it on the CPU: the operator declares CUDA its only device, so dispatch never picks it for CPU tensors; the
-adapter calls `FwOp.apply(Inputs(...), needs_gradient=True)` (the output and its LSE, as dispatch would) after asking
-the operator's own `not_supported_reasons`, all but the CPU's device reason kept: a call the operator refuses on a
-GPU is refused here, by its reason (AttentionInputError). Its calls run in a worker process (declared native: the interpreter checks no
-bounds, so a store past a tensor would corrupt the pytest process's heap). It runs on triton 3.6.0 only: its kernel builds block
-pointers (`tl.make_block_ptr`), which triton 3.9 removed ("Block pointers have been removed in favor of the tensor
-descriptor API"), on GPUs too.
+adapter calls `FwOp.apply(Inputs(...), needs_gradient=True)` (the output and its LSE, as dispatch would) after
+asking the operator's own `not_supported_reasons`, all but the CPU's device reason kept: a call the operator refuses
+on a GPU is refused here, by its reason (AttentionInputError). Its calls run in a worker process (declared native:
+the interpreter checks no bounds, so a store past a tensor would corrupt the pytest process's heap). It runs on
+triton 3.6.0 only: its kernel builds block pointers (`tl.make_block_ptr`), which triton 3.9 removed ("Block pointers
+have been removed in favor of the tensor descriptor API"), on GPUs too.
 
 The mapping, xformers' documented semantics: q (batch, n_q, heads, d), keys and values (batch, n_k, heads, d) (BMHK);
 grouped-query attention in the BMGHK layout (a kv head's group of query heads as the H axis, its keys broadcast over
