@@ -5,7 +5,8 @@ standalone script in docs/findings/), and the matrix of claim x peer.
     python -m tools.peers_page REPORT_DIR_OR_JSON OUT.md
 
 The versions are read from the environment that ran the peers (the same one: tox runs both), so the page says
-what was checked.
+what was checked. The page is written whatever the run found; the exit status is 1 where a failure is not a
+declared finding (so a tox environment that ignores the run's own exit status to write the page stays red).
 """
 
 from __future__ import annotations
@@ -152,6 +153,12 @@ def main(argv: list[str]) -> int:
         print(f"tools.peers_page: {source} holds no peer's verdict", file=sys.stderr)
         return 2
     Path(argv[1]).write_text(render(report), encoding="utf-8")
+    unexpected = sorted({f"{v['impl']} {v['claim']}" for v in report["verdicts"]
+                         if v["status"] in ("fail", "error") and not v["expected"]})
+    if unexpected:  # the page is written either way; the exit says whether every failure is a declared finding
+        print(f"tools.peers_page: {len(unexpected)} unexpected failures (listed on the page): "
+              f"{', '.join(unexpected[:10])}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -21,9 +21,13 @@ protocol's scale passed explicitly. Faces, each through xformers' block-diagonal
   `BlockDiagonalCausalWithOffsetGappyKeysMask`); rows past cu_seqlens_q[-1] are 0;
 - kvcache: the new keys and values written into the cache at cache_seqlens (the caller's job in xformers), then
   `BlockDiagonal(Causal)WithOffsetPaddedKeysMask` with the cache's length as the padding.
-The operator refuses causal masks with more than 16 queries a sequence and causal varlen sequences of unequal
-query lengths (its reasons); forward only, no dropout. float16 only: the operator takes float16 and bfloat16 queries,
-and the interpreter multiplies bfloat16 `tl.dot` operands' raw bits (triton-lang/triton#11584).
+Where no GPU is, the launch's question about the GPU's generation (torch.cuda.get_device_capability, which picks
+head dim 128's tiles) is answered (8, 0), an A100's: the tiles it runs with there; the calls run in their own worker
+process, where nothing else asks. A varlen pack with a sequence of no query fails inside the operator's reshape
+(empty_sequences False: not asked). The operator refuses causal masks with more than 16 queries a sequence and
+causal varlen sequences of unequal query lengths (its reasons); forward only, no dropout. float16 only: the operator
+takes float16 and bfloat16 queries, and the interpreter multiplies bfloat16 `tl.dot` operands' raw bits
+(triton-lang/triton#11584).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from specs.validation import AttentionInputError, check_shapes
 from specs.varlen import check_packing
 
 HEAD_DIMS = (16, 32, 64, 128, 256, 512)  # triton_splitk.FwOp.shape_not_supported_reasons
+SM80 = (8, 0)  # the GPU generation the kernel's launch is told it runs on where there is none (A100's)
 
 
 @functools.cache
@@ -49,8 +54,11 @@ def _xformers():
     interpret_without_gpu()  # a record imported by name (a test) decides too, before Triton is
     os.environ["XFORMERS_ENABLE_TRITON"] = "1"
     os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
+    import torch
     from xformers.ops.fmha import attn_bias, common, triton_splitk
 
+    if not torch.cuda.is_available():  # the launch asks the GPU's generation to pick head dim 128's tiles
+        torch.cuda.get_device_capability = lambda device=None: SM80
     return attn_bias, common, triton_splitk
 
 
@@ -159,6 +167,7 @@ def xformers_splitk_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
 
 xformers_splitk = attention_impl(name="xformers-splitk", backend="peers", dtypes=("float16",), tensors="torch",
                                  differentiable=False, causal_alignment="bottom_right", lse=True, native=True,
+                                 empty_sequences=False,
                                  faces=("dense", "varlen", "kvcache"),
                                  probe=installed("xformers", "triton", installer="tox -e triton-peers"))(
     xformers_splitk)

@@ -6,6 +6,7 @@ whose page is written from a run's report."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import warnings
@@ -383,6 +384,17 @@ def test_the_page_tallies_each_peer_and_lists_each_finding_and_each_unexpected_f
     assert "| rows-sum-to-one | **finding** | refutes the seed |" in page
     assert "| sdpa-formula | not run | **FAIL** |" in page
     assert "unexpected: the seed is false" not in page  # a refuted seed sentence is no finding
+
+
+def test_the_page_is_written_and_its_exit_says_whether_a_failure_is_unexpected(tmp_path, capsys):
+    declared = {"verdicts": [_verdict("peer-a[float32]", "rows-sum-to-one", "fail", expected=True)]}
+    (tmp_path / "report.json").write_text(json.dumps(declared))
+    assert peers_page.main([str(tmp_path), str(tmp_path / "peers.md")]) == 0
+    unexpected = {"verdicts": [*declared["verdicts"], _verdict("peer-b[float16]", "sdpa-formula", "error")]}
+    (tmp_path / "report.json").write_text(json.dumps(unexpected))
+    (tmp_path / "peers.md").unlink()
+    assert peers_page.main([str(tmp_path), str(tmp_path / "peers.md")]) == 1
+    assert (tmp_path / "peers.md").is_file() and "peer-b[float16] sdpa-formula" in capsys.readouterr().err
 
 
 def test_the_page_refuses_a_report_without_peers(tmp_path, capsys):
