@@ -136,7 +136,7 @@ def xformers_splitk_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     rows = cu_q[-1]
     out, lse = _split_k(q[None, :rows], k[None], v[None], bias, scale)
     tail = q.shape[0] - rows
-    out = torch.cat([out[0], out.new_zeros((tail, *out.shape[2:]))])
+    out = torch.cat([out.reshape(rows, *out.shape[-2:]), out.new_zeros((tail, *out.shape[-2:]))])
     lse = torch.cat([lse[0], lse.new_full((lse.shape[1], tail), -torch.inf)], dim=1)
     return (out, lse) if return_lse else out
 

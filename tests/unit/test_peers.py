@@ -474,6 +474,10 @@ def test_the_xformers_splitk_adapter_maps_the_dense_varlen_and_kvcache_faces():
     out = impl.face("varlen")(*_torch(packed.arrays[:3], "float16"), cu_q, cu_k, **packed.keywords)
     want, _ = varlen_attention(packed.q, packed.k, packed.v, packed.packing())
     np.testing.assert_allclose(_numpy(out), want, atol=3e-3)
+    even = pack_sequences(q, k, v, [3, 3], [9, 6], tail=1)  # equal query lengths: the operator returns (2, 3, ..)
+    cu_q, cu_k = _torch(even.arrays[3:], "int32")
+    out = impl.face("varlen")(*_torch(even.arrays[:3], "float16"), cu_q, cu_k, **even.keywords)
+    np.testing.assert_allclose(_numpy(out), varlen_attention(even.q, even.k, even.v, even.packing())[0], atol=3e-3)
     cache_k, cache_v = (np.concatenate([x.swapaxes(1, 2)[:, :7], np.zeros((2, 5) + x.shape[1:2] + x.shape[3:])],
                                        axis=1) for x in (k, v))
     cache = _torch((cache_k, cache_v), "float16")
