@@ -40,6 +40,13 @@ def dropout_call(variant, seed: int, p: float = DROPOUT_P) -> dict:
     return {"dropout_p": p, "global_seed": seed}
 
 
+def one_hot_head_dims(variant, n_k: int) -> dict:
+    """d and d_v: 8, or n_k for an implementation that takes d_v = d only (value_dim False; flash-attn's), whose
+    one-hot values need d_v >= n_k."""
+    size = 8 if variant.capabilities.value_dim else n_k
+    return {"d": size, "d_v": size}
+
+
 def observed_keep(trial: Trial, problem: Problem, seed: int, **extra) -> tuple[np.ndarray, object]:
     """The implementation's keep mask for this seed (True = kept), and its observed weights."""
     observed = observe_weights(trial, problem, **dropout_call(trial.variant, seed), **extra)
@@ -61,7 +68,7 @@ def _binomial_failure(count: int, trials: int, p: float, what: str) -> str | Non
 def test_dropout_output_equals_the_oracle_under_the_recovered_mask(variant):
     """Survivors are p_ij / (1 - p), the drop rate is p, and the output on ordinary values is the oracle's
     (P * keep / (1 - p)) V for the mask the implementation used."""
-    problem = build(batch=4, heads=2, heads_kv=2, n_q=48, n_k=48, d=8, d_v=8, seed=SEED)
+    problem = build(batch=4, heads=2, heads_kv=2, n_q=48, n_k=48, **one_hot_head_dims(variant, 48), seed=SEED)
     trial = Trial(variant, problem)
     keep, observed = observed_keep(trial, problem, SEED)
     exact = observed.oracle.weights
@@ -202,7 +209,8 @@ def test_dropout_masks_are_independent_across_batches_heads_rows_and_columns(var
     this replaces overlapped, and the variance of their counts was 1.7 times the binomial's for an iid mask,
     about 50 times for one keyed on i + j. On SEED the Bonferroni p-value is 1 for specs.dropout_mask and for
     torch's and NumPy's global generators."""
-    problem = build(batch=2, heads=4, heads_kv=4, n_q=48, n_k=48, d=8, d_v=8, seed=SEED + 2)
+    problem = build(batch=2, heads=4, heads_kv=4, n_q=48, n_k=48, **one_hot_head_dims(variant, 48),
+                    seed=SEED + 2)
     trial = Trial(variant, problem)
     keep, observed = observed_keep(trial, problem, SEED)
     families = pair_families(keep.shape)

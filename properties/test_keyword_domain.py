@@ -22,7 +22,7 @@ from harness.api.observe import observe_weights
 from harness.api.repro import call_line_for
 from harness.api.trial import Trial, problems_for
 from harness.engine.guarded_call import as_numpy
-from properties.test_dropout import dropout_call
+from properties.test_dropout import dropout_call, one_hot_head_dims
 from specs.dropout_mask import keep_mask
 from specs.keyword_edges import (
     DROPOUT_EDGES,
@@ -88,7 +88,7 @@ def test_dropout_edges(variant):
     """dropout_p = 0 gives the output of the call without dropout bit for bit; at rates close to 1 the mask
     recovered from the one-hot call keeps survivors at p_ij / (1 - p), the output is the oracle's
     (P * keep / (1 - p)) V under it, and with dropout_seed the mask is specs.dropout_mask's."""
-    problem = build(batch=4, heads=2, heads_kv=2, n_q=32, n_k=32, d=8, d_v=8, seed=SEED)
+    problem = build(batch=4, heads=2, heads_kv=2, n_q=32, n_k=32, **one_hot_head_dims(variant, 32), seed=SEED)
     trial = Trial(variant, problem)
     plain = trial.call(problem)
     zero = trial.call(problem, **dropout_call(variant, SEED, 0.0))

@@ -10,6 +10,7 @@ import re
 from harness.api.evidence import PropertyViolation
 from specs.deviations import CATALOGUE, Deviation
 from specs.deviations.errors import ACCEPTS_READS, CheckerReports
+from specs.deviations.ignored import IGNORABLE
 
 # the parameter settings tried for deviations whose parameters the failure does not give
 SETTINGS: dict[str, tuple[dict, ...]] = {
@@ -21,6 +22,7 @@ SETTINGS: dict[str, tuple[dict, ...]] = {
     "projections-spread-nonfinite": ({"then": []}, {"then": ["values", "keys"]}),
     "hidden-nonfinite-reaches-gradients": ({"gradients": ["dq"]}, {"gradients": ["dq", "dk"]},
                                            {"gradients": ["dq", "dv"]}, {"gradients": ["dq", "dk", "dv"]}),
+    "ignores-keyword": tuple({"keyword": keyword} for keyword in IGNORABLE),
 }
 NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone",
                      "unwritten-shared-memory-read")

@@ -15,7 +15,6 @@ from harness.api.trial import Trial
 from specs.problems import Problem
 from specs.reference import AttentionResult
 from specs.tolerance import Allowance
-from specs.validation import AttentionInputError
 
 
 @dataclass(frozen=True)
@@ -27,21 +26,8 @@ class ObservedWeights:
 
 
 def one_hot_problem(trial: Trial, problem: Problem) -> Problem:
-    """The problem with one-hot values. An implementation without value_dim takes d_v = d: where d < n_k, q and k
-    get zero columns up to d = n_k (a zero column adds nothing to a score) and the scale its value at the original d
-    (an implementation without the scale keyword cannot be asked this: the error says so)."""
-    capabilities = trial.variant.capabilities
-    d = problem.q.shape[-1]
-    if capabilities.value_dim or d >= problem.n_k:
-        d_v = problem.n_k if capabilities.value_dim else d
-        return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))")
-    if not capabilities.scale and problem.scale is None:
-        raise AttentionInputError(f"one-hot values need d_v >= n_k = {problem.n_k}, and d_v = d = {d} here (no "
-                                  "value_dim); widening q and k keeps the scores only with a scale keyword")
-    scale = d ** -0.5 if problem.scale is None else problem.scale
-    widen = f"((0, 0),) * 3 + ((0, {problem.n_k - d}),)"
-    return problem.derive(f"p = p.replace(q=np.pad(p.q, {widen}), k=np.pad(p.k, {widen}), scale={scale!r}, "
-                          f"v=one_hot_values(p.k.shape[:3] + ({problem.n_k},), {problem.n_k}))")
+    d_v = problem.n_k if trial.variant.capabilities.value_dim else problem.q.shape[-1]
+    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))")
 
 
 def observe_weights(trial: Trial, problem: Problem | None = None, **extra) -> ObservedWeights:
