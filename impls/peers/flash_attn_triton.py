@@ -21,7 +21,7 @@ What the adapter does not offer, and why: `alibi_slopes` (the backend asserts `a
 cannot be called), the kv cache's `cache_leftpad`, `block_table` and `num_splits` (the backend's fwd_kvcache takes
 them and never reads them: docs/findings/flash_attn_triton_kvcache_block_table_ignored.py), bfloat16 (the
 interpreter multiplies bfloat16 `tl.dot` operands' raw bits, triton-lang/triton#11584). window_size and softcap are
-offered, as flash-attn's API offers them: the backend ignores both (its impl_rows in impls/expectations.toml).
+offered, as flash-attn's API offers them: the backend ignores both (its rows in impls/expectations.toml).
 """
 
 from __future__ import annotations
