@@ -90,6 +90,18 @@ def _split_k(q, k, v, bias, scale):
     return out.flatten(2, 3)[..., :d_v], context.lse.flatten(1, 2)
 
 
+def _padded_blocks(q, k, v, lengths: list[int], *, causal: bool, scale):
+    """q (batch, n_q, heads, d) over keys (batch, n_k, heads_kv, d) of which sequence b uses the first lengths[b]:
+    each batch entry a block of one packed sequence, its keys padded to n_k (BlockDiagonal(Causal)WithOffset
+    PaddedKeysMask, causal aligned bottom-right) -> (out (batch, n_q, heads, d_v), lse (batch, heads, n_q))."""
+    attn_bias, _, _ = _xformers()
+    batch, n_q = q.shape[:2]
+    mask = attn_bias.BlockDiagonalCausalWithOffsetPaddedKeysMask if causal else attn_bias.BlockDiagonalPaddedKeysMask
+    bias = mask.from_seqlens(q_seqlen=[n_q] * batch, kv_padding=k.shape[1], kv_seqlen=lengths)
+    out, lse = _split_k(q.flatten(0, 1)[None], k.flatten(0, 1)[None], v.flatten(0, 1)[None], bias, scale)
+    return out.reshape(batch, n_q, *out.shape[-2:]), lse[0].unflatten(1, (batch, n_q)).transpose(0, 1)
+
+
 def _check_shapes(q, k, v) -> None:
     """The protocol's shape rules on (batch, heads, n, d) tensors, then the operator's dtypes."""
     check_shapes(*(x.detach().numpy() for x in (q, k, v)), finite=False)
@@ -105,14 +117,9 @@ def xformers_splitk(q, k, v, *, scale=None, causal=False, return_lse=False):
     """The protocol's (batch, heads, n, d) through FwOp, each batch entry a block of one packed sequence when
     causal."""
     _check_shapes(q, k, v)
-    attn_bias, _, _ = _xformers()
     q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    batch, n_q, n_k = q.shape[0], q.shape[1], k.shape[1]
     if causal:
-        bias = attn_bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
-            q_seqlen=[n_q] * batch, kv_padding=n_k, kv_seqlen=[n_k] * batch)
-        out, lse = _split_k(q.flatten(0, 1)[None], k.flatten(0, 1)[None], v.flatten(0, 1)[None], bias, scale)
-        out, lse = out.reshape(batch, n_q, *out.shape[-2:]), lse[0].unflatten(1, (batch, n_q)).transpose(0, 1)
+        out, lse = _padded_blocks(q, k, v, [k.shape[1]] * q.shape[0], causal=True, scale=scale)
     else:
         out, lse = _split_k(q, k, v, None, scale)
     out = out.transpose(1, 2)
@@ -149,19 +156,14 @@ def xformers_splitk_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
 
     layout = check_kv_cache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens)
     _check_dtype(q)
-    attn_bias, _, _ = _xformers()
-    batch, n_q = q.shape[:2]
     with torch.no_grad():
         for b in range(layout.batch if k is not None else 0):
             where = tuple(torch.as_tensor(i) for i in layout.where(b, layout.written(b)))
             k_cache[where] = k[b]
             v_cache[where] = v[b]
     n_new = 0 if k is None else k.shape[1]
-    lengths = [int(s) + n_new for s in cache_seqlens]
-    mask = attn_bias.BlockDiagonalCausalWithOffsetPaddedKeysMask if causal else attn_bias.BlockDiagonalPaddedKeysMask
-    bias = mask.from_seqlens(q_seqlen=[n_q] * batch, kv_padding=k_cache.shape[1], kv_seqlen=lengths)
-    out, lse = _split_k(q.flatten(0, 1)[None], k_cache.flatten(0, 1)[None], v_cache.flatten(0, 1)[None], bias, scale)
-    out, lse = out.reshape(batch, n_q, *out.shape[-2:]), lse[0].unflatten(1, (batch, n_q)).transpose(0, 1)
+    out, lse = _padded_blocks(q, k_cache, v_cache, [int(s) + n_new for s in cache_seqlens], causal=causal,
+                              scale=scale)
     return (out, lse) if return_lse else out
 
 
