@@ -119,6 +119,11 @@ class Deviation:
         return f"<deviation {self.describe()}>"
 
     # -- the predictions (each a function of the call alone) -------------------------------------------------
+    def read_keywords(self, keywords: dict) -> dict:
+        """The call's keywords as the implementation reads them (a keyword it never reads dropped): its model is
+        the oracle's formula on these, so deviations that each drop one compose."""
+        return keywords
+
     def transform(self, result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                   keywords: dict) -> AttentionResult:
         """The oracle's result as the implementation computes it, in the inputs' precision (its model); the oracle's

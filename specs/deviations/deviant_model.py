@@ -15,11 +15,13 @@ from specs.reference import AttentionResult, attention
 
 
 class DeviantModel:
-    """attention(q, k, v, **keywords) as computed with `deviations`, in order; `tiles`: keywords of the call the
-    oracle does not take but a deviation reads (the block size of a tiled implementation)."""
+    """attention(q, k, v, **keywords) as computed with `deviations`: the oracle on the keywords they read, then each
+    one's change of its result, in order; `tiles`: keywords of the call the oracle does not take but a deviation
+    reads (the block size of a tiled implementation)."""
 
     def __init__(self, deviations: tuple[Deviation, ...], tiles: Mapping | None = None) -> None:
-        self.deviations = tuple(d for d in deviations if type(d).transform is not Deviation.transform)
+        self.deviations = tuple(d for d in deviations if type(d).transform is not Deviation.transform
+                                or type(d).read_keywords is not Deviation.read_keywords)
         self.tiles = dict(tiles or {})
 
     def content_key(self) -> str:
@@ -27,6 +29,8 @@ class DeviantModel:
         return " + ".join(deviation.describe() for deviation in self.deviations) + f" {sorted(self.tiles.items())}"
 
     def __call__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, **keywords) -> AttentionResult:
+        for deviation in self.deviations:
+            keywords = deviation.read_keywords(keywords)
         result = attention(q, k, v, **keywords)
         for deviation in self.deviations:
             result = deviation.transform(result, q, k, v, {**keywords, **self.tiles})

@@ -1,18 +1,19 @@
 """A score modification the implementation takes as a keyword and never reads: its output is the oracle's for the
 same call without that keyword (flash-attn's Triton backend accepts window_size and softcap and computes plain
-attention). A model (Deviation.transform): the rows the modification changes are explained, and must be what
-attention without it gives; a row it leaves alone is judged against the oracle as before."""
+attention). A model (Deviation.read_keywords): the rows the modification changes are explained, and must be what
+attention without it gives, with every other deviation of the call (two keywords ignored: neither read); a row it
+leaves alone is judged against the oracle as before."""
 
 from __future__ import annotations
 
-import inspect
 from typing import ClassVar
+
+import numpy as np
 
 from specs.deviations.base import Deviation, DeviationError
 from specs.reference import attention
 
 IGNORABLE = ("alibi_slopes", "bias", "sinks", "softcap", "window_size")
-_ORACLE_KEYWORDS = frozenset(inspect.signature(attention).parameters) - {"q", "k", "v"}
 
 
 def _present(keyword: str, value: object) -> bool:
@@ -39,11 +40,21 @@ class IgnoresKeyword(Deviation):
         if self.keyword not in IGNORABLE:
             raise DeviationError(f"ignores-keyword: keyword is one of {IGNORABLE}, got {self.keyword!r}")
 
-    def transform(self, result, q, k, v, keywords):
+    def read_keywords(self, keywords):
         if not _present(self.keyword, keywords.get(self.keyword)):
-            return result
-        kept = {name: value for name, value in keywords.items() if name in _ORACLE_KEYWORDS and name != self.keyword}
-        return attention(q, k, v, **kept)
+            return keywords
+        return {name: value for name, value in keywords.items() if name != self.keyword}
+
+    def non_finite(self, call):
+        """A NaN or Inf in a key or value the modification hides reaches the rows that see it once it is ignored."""
+        keywords = call.oracle_keywords()
+        if not call.poisoned or not _present(self.keyword, keywords.get(self.keyword)):
+            return {}
+        with np.errstate(all="ignore"):
+            ignored = attention(call.q, call.k, call.v, finite=False, **self.read_keywords(keywords))
+        reached = {"out": ~np.isfinite(ignored.out) & np.isfinite(call.oracle.out),
+                   "lse": ~np.isfinite(ignored.lse) & np.isfinite(call.oracle.lse)}
+        return {name: mask for name, mask in reached.items() if mask.any()}
 
 
 IGNORED_DEVIATIONS = (IgnoresKeyword,)
