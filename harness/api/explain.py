@@ -255,9 +255,10 @@ def _explain_each(outputs: list[_Judged], deviations, call: Call, keywords: Mapp
     for deviation in deviations:
         everything = deviation.explains_everything(variant_dtype)
         single = (single_results or {}).get(deviation)
-        non_finite = deviation.non_finite_gradients(call) if gradients else deviation.non_finite(call)
-        undefined = {} if gradients else deviation.undefined(call)
-        predicted = {} if gradients else deviation.predicted_values(call)
+        read = call.read_by(tuple(other for other in deviations if other is not deviation))
+        non_finite = deviation.non_finite_gradients(read) if gradients else deviation.non_finite(read)
+        undefined = {} if gradients else deviation.undefined(read)
+        predicted = {} if gradients else deviation.predicted_values(read)
         for judged in outputs:
             if everything:
                 judged.explain(deviation, np.ones(judged.got.shape, bool))

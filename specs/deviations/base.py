@@ -16,6 +16,7 @@ Every other element of the call is judged against the oracle as before.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping
@@ -53,6 +54,14 @@ class Call:
         keywords = {name: value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype.kind == "f"
                     else value for name, value in self.keywords.items()}
         return dict(keywords, causal_alignment=self.causal_alignment)
+
+    def read_by(self, deviations: tuple[Deviation, ...]) -> Call:
+        """The call as an implementation with `deviations` reads it (a keyword one of them never reads dropped):
+        what each other deviation's prediction is made for."""
+        keywords = dict(self.keywords)
+        for deviation in deviations:
+            keywords = deviation.read_keywords(keywords)
+        return self if keywords.keys() == self.keywords.keys() else dataclasses.replace(self, keywords=keywords)
 
     @functools.cached_property
     def poisoned(self) -> bool:
