@@ -19,9 +19,11 @@ from flash_attn import flash_attn_func, flash_attn_interface
 
 for op in (flash_attn_interface._flash_attn_forward, flash_attn_interface._flash_attn_backward):
     op.register_kernel("cpu")(op._init_fn)
+finite = {}
 for dtype, lse, value in ((torch.float32, -88.0, 0.0), (torch.float32, -89.0, 0.0), (torch.float16, -10.5, 1.0)):
     q = torch.full((1, 1, 1, 16), lse / 4, dtype=dtype, requires_grad=True)  # (batch, n, heads, d); q.k / 4 = lse
     v = torch.full((1, 1, 1, 16), value, dtype=dtype)  # D = <out, dO> = 16 value
     flash_attn_func(q, torch.ones(1, 1, 1, 16, dtype=dtype), v).sum().backward()
-    print(dtype, "lse", lse, "D", 16 * value, "dQ", q.grad[0, 0, 0, :2].tolist())
-    assert torch.isfinite(q.grad).all(), "one key: dQ is exactly 0"
+    finite[f"{dtype} lse {lse} D {16 * value}"] = q.grad.isfinite().all().item()
+print(finite)
+assert all(finite.values()), "one query, one key: dQ is exactly 0"

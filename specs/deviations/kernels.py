@@ -1,5 +1,6 @@
-"""Deviations of kernels as the seeds wrote them: what seed 002's shared-memory kernel computes, and where what it
-reads is undefined (impls/cuda/kernels/seed002_optimized_attention_kernel_repaired.cu)."""
+"""Deviations of tiled kernels: what seed 002's shared-memory kernel computes, and where what it reads is undefined
+(impls/cuda/kernels/seed002_optimized_attention_kernel_repaired.cu); a backward that weighs the zero keys padding its
+last key tile (flash-attn's Triton backend)."""
 
 from __future__ import annotations
 
@@ -56,4 +57,38 @@ class UnwrittenSharedMemoryRead(Deviation):
         return {"out": np.ones(call.oracle.out.shape, dtype=bool)}
 
 
-KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead,)
+# the kernel computes the padding's weight in float32 (exp2 overflows from 2^128) and dS in the inputs' dtype; the
+# oracle's lse and D_i = <out_i, dO_i> stand in for the kernel's within far less than 1% (rounding of a few ulps), so
+# a row within 1% of a ceiling (0.01 in the log) is left unpredicted rather than guessed
+FLOAT32_LOG_MAX = float(np.log(np.finfo(np.float32).max))  # 88.72
+LOG_MARGIN = 0.01
+
+
+class PaddedKeysWeightOverflow(Deviation):
+    name = "padded-keys-weight-overflow"
+    summary = ("a non-causal backward whose dQ kernel weighs the keys padding its last key tile (loaded as zeros: "
+               "score 0) by p = exp(0 - lse) without masking them (flash-attn's Triton backend): dS = p (0 - D_i) "
+               "with D_i = <out_i, dO_i> multiplies a zero key, harmless while finite; but where p overflows float32 "
+               "(lse < -88.72) or dS overflows the inputs' dtype (float16: -lse + ln|D_i| > 11.09), inf x 0 makes "
+               "the row's dQ NaN; only where n_k is not a multiple of the tile")
+    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the dQ kernel"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.block_n = params.get("block_n")
+        if not isinstance(self.block_n, int) or self.block_n < 1:
+            raise DeviationError("padded-keys-weight-overflow: block_n is the dQ kernel's keys per tile")
+
+    def non_finite_gradients(self, call):
+        if call.keywords.get("causal") or call.d_out is None or call.k.shape[2] % self.block_n == 0:
+            return {}
+        log_weight = -call.oracle.lse
+        delta = np.abs(np.sum(call.oracle.out * call.d_out, axis=-1))
+        with np.errstate(divide="ignore"):
+            log_ds = log_weight + np.log(delta)
+        ceiling = min(FLOAT32_LOG_MAX, float(np.log(np.finfo(call.dtype).max)))
+        rows = (log_weight > FLOAT32_LOG_MAX + LOG_MARGIN) | (log_ds > ceiling + LOG_MARGIN)
+        return {"dq": np.broadcast_to(rows[..., None], call.q.shape).copy()} if rows.any() else {}
+
+
+KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow)

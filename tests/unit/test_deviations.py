@@ -16,11 +16,13 @@ import pytest
 
 from harness.api import perturb
 from harness.api.evidence import PropertyViolation
+from harness.api.explain import judge_gradients
 from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, ExplainedStop, deviation_mode
 from protocol.known_defects import Row
 from protocol.registry import Variant, load_impl
 from specs.deviations import CATALOGUE, Call, deviation_from_fields
+from specs.gradients import attention_backward
 from specs.problems import Problem, build
 from specs.reference import attention
 from tests.fixtures.deviation_impls import LARGE_NEGATIVE
@@ -42,10 +44,14 @@ def _variant(name: str, dtype: str, perturb=None) -> Variant:
     return Variant(impl, dtype)
 
 
-def _run(variant: Variant, fields: dict) -> DeviationRun:
-    fields = dict(fields)
-    deviation = deviation_from_fields(fields.pop("deviation"), fields, "test")
-    return DeviationRun((Row(variant.impl.name, "sdpa-formula", "fixture", (variant.dtype,), deviation),))
+def _run(variant: Variant, *declared: dict) -> DeviationRun:
+    """A run declaring each of `declared` (a row's fields) for the fixture's calls."""
+    rows = []
+    for fields in declared:
+        fields = dict(fields)
+        deviation = deviation_from_fields(fields.pop("deviation"), fields, "test")
+        rows.append(Row(variant.impl.name, "sdpa-formula", "fixture", (variant.dtype,), deviation))
+    return DeviationRun(tuple(rows))
 
 
 def _shifted(index: tuple, by: float = 1.0):
@@ -67,6 +73,7 @@ def _poisoned(problem: Problem, *, keys=(), values=()) -> Problem:
     return problem.derive(f"k, v = p.k.copy(), p.v.copy(); {'; '.join(steps)}; p = p.replace(k=k, v=v)")
 
 
+IGNORED_WINDOW = {"deviation": "ignores-keyword", "keyword": "window_size"}
 BASE = build(batch=2, heads=2, heads_kv=2, n_q=4, n_k=6, d=4, d_v=3, seed=5)
 CASES = {
     # name: (fixture, deviation fields, problem, dtype, the call's keywords, an element the deviation does not explain)
@@ -122,8 +129,12 @@ CASES = {
     "nan-score-row-zero": ("nan_score_row_zero", {"deviation": "nan-score-row-zero"},
                            _poisoned(BASE, keys=[(1, 0, 3)]), "float64", {}, (0, 0, 2, 1)),
     # every row's window (1, 1) hides a key the implementation weighs all the same
-    "ignores-keyword": ("window_ignored", {"deviation": "ignores-keyword", "keyword": "window_size"},
+    "ignores-keyword": ("window_ignored", IGNORED_WINDOW,
                         BASE.derive("p = p.replace(window_size=(1, 1))"), "float64", {}, None),
+    # the window hides key 5 of every row, and batch 0's kv head 1 holds a NaN there: ignored, the NaN reaches
+    "ignores-keyword beside a hidden NaN": ("window_ignored", IGNORED_WINDOW,
+                                            _poisoned(BASE.derive("p = p.replace(window_size=(1, 1))"),
+                                                      keys=[(0, 1, 5)]), "float64", {}, None),
     "float32-softmax": ("float32_softmax", {"deviation": "float32-softmax"}, BASE, "float64", {}, None),
     "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
     # a scale bfloat16 cannot hold (303 / 64 needs 9 bits): rounded to the dtype, it would move every score
@@ -201,6 +212,26 @@ def test_a_deviation_refuses_one_more_wrong_element(case):
     trial = Trial(wrong, problem, past_range=dtype == "float16")
     with deviation_mode(_run(wrong, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
         trial.call_raw(problem, **extra)
+
+
+def test_two_ignored_keywords_compose_and_one_declared_alone_does_not_explain_the_other():
+    """A call with a window and a cap, both ignored: each row alone models attention with the other keyword still
+    read, so only the two declared together explain the output (attention with neither), and one element off is
+    refused."""
+    problem = BASE.derive("p = p.replace(window_size=(1, 1), softcap=0.5)")
+    rows = [{"deviation": "ignores-keyword", "keyword": keyword} for keyword in ("window_size", "softcap")]
+    variant = _variant("window_and_softcap_ignored", "float64")
+    with deviation_mode(_run(variant, *rows)) as run:
+        seen = Trial(variant, problem).call_raw(problem)
+    assert run.fired == {"ignores-keyword (keyword='softcap')", "ignores-keyword (keyword='window_size')"}
+    np.testing.assert_allclose(seen, Trial(variant, problem).oracle(problem)[0].out, rtol=1e-12, atol=1e-12)
+    for declared in rows:
+        with deviation_mode(_run(variant, declared)), pytest.raises(PropertyViolation,
+                                                                     match="declared deviations predict"):
+            Trial(variant, problem).call_raw(problem)
+    wrong = _variant("window_and_softcap_ignored", "float64", perturb=_shifted((1, 0, 2, 1), 0.5))
+    with deviation_mode(_run(wrong, *rows)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        Trial(wrong, problem).call_raw(problem)
 
 
 LSE_CASES = {
@@ -362,7 +393,64 @@ def test_the_shared_memory_kernel_deviation_predicts_where_its_output_is_defined
 def test_every_deviation_of_the_catalogue_is_shown_here_or_in_a_suite_run():
     shown = {fields["deviation"] for _, fields, *_ in CASES.values()} | {
         fields["deviation"] for _, fields, *_ in LSE_CASES.values()} | {
-        "rejects", "accepts", "checker-reports", "keeps-score-matrix", "unwritten-shared-memory-read"}
+        "rejects", "accepts", "checker-reports", "keeps-score-matrix", "unwritten-shared-memory-read",
+        "padded-keys-weight-overflow"}
     elsewhere = {  # shown on the records that have them, through the gradient properties (tests/suite_run)
         "hidden-nonfinite-reaches-gradients", "gqa-backward-rounds-per-head"}
     assert set(CATALOGUE) == shown | elsewhere, set(CATALOGUE) ^ (shown | elsewhere)
+
+
+def test_padded_keys_weight_overflow_predicts_the_rows_whose_dq_is_nan_and_refuses_another():
+    """Row 0's scores all lie near -95 (lse below -88.72), row 1's near 0: with 3 keys in tiles of 32 the padding
+    weighs exp(-lse), infinite for row 0 only. Its dQ NaN is explained; a NaN in row 1 too is refused; a causal call,
+    or 32 keys (no padding), predict nothing. In float16, dS = exp(-lse) D overflows from 65520: one query at lse
+    -10.5 with D = 16 is predicted, with D = 1 not."""
+    problem = build(n_q=2, n_k=3, d=2, d_v=2, seed=1).derive(
+        "q = p.q.copy(); q[..., 0, :] = [95.0, 0.0]; k = p.k.copy(); k[..., 0] = -1.0; k[..., 1] = 0.0; "
+        "p = p.replace(q=q, k=k, scale=1.0)")
+    d_out = np.ones(problem.q.shape[:3] + (problem.v.shape[-1],))
+    fields = {"deviation": "padded-keys-weight-overflow", "block_n": 32}
+    deviation = deviation_from_fields("padded-keys-weight-overflow", {"block_n": 32}, "test")
+
+    def predicted(p, dtype="float64", causal=False, cotangent=d_out):
+        keywords = {**p.kwargs(), "causal": causal}
+        return deviation.non_finite_gradients(Call(p.q, p.k, p.v, keywords, dtype, d_out=cotangent))
+
+    assert predicted(problem)["dq"][0, 0, :, 0].tolist() == [True, False]
+    assert predicted(problem, causal=True) == {}
+    wide = build(n_k=32, d=2, d_v=2).derive("q = p.q * 0 - 95; k = p.k * 0 + 1; p = p.replace(q=q, k=k)")
+    assert predicted(wide, cotangent=np.ones(wide.q.shape[:3] + (2,))) == {}
+    for value, nan in ((1.0, True), (1 / 16, False)):  # D = 16 value: -lse + ln D = 13.3 or 10.5 against 11.09
+        one = build(n_q=1, n_k=1, d=16, d_v=16).derive(
+            f"q = p.q * 0 - 2.625; k = p.k * 0 + 1; v = p.v * 0 + {value}; p = p.replace(q=q, k=k, v=v)")
+        assert bool(predicted(one, "float16", cotangent=np.ones((1, 1, 1, 16)))) == nan, value
+    variant = _variant("reference", "float64")
+    trial = Trial(variant, problem)
+    grads = attention_backward(problem.q, problem.k, problem.v, d_out, **trial.oracle_kwargs(problem))
+    nan_row = grads[0].copy()
+    nan_row[..., 0, :] = np.nan
+    run = _run(variant, fields)
+    with deviation_mode(run):
+        judge_gradients(trial, problem, d_out, {}, (), (nan_row, *grads[1:]))
+    assert run.fired == {"padded-keys-weight-overflow (block_n=32)"}
+    nan_row[..., 1, 0] = np.nan
+    with deviation_mode(_run(variant, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
+        judge_gradients(trial, problem, d_out, {}, (), (nan_row, *grads[1:]))
+
+
+def test_a_deviation_predicts_for_the_call_as_the_others_read_it():
+    """The window hides key 1 from the only row, whose one visible score is -95 (lse -95: padded keys would make dQ
+    NaN); the implementation ignores the window, so the row also sees key 1's score 0 (lse about 0) and its dQ is
+    finite. padded-keys-weight-overflow predicts for the call without the window: no NaN, the gradients explained."""
+    problem = build(n_q=1, n_k=2, d=2, d_v=2, seed=3).derive(
+        "q = p.q.copy(); q[...] = [95.0, 0.0]; k = p.k.copy(); k[..., 0, :] = [-1.0, 0.0]; k[..., 1, :] = 0.0; "
+        "p = p.replace(q=q, k=k, scale=1.0, window_size=(0, 0))")
+    variant = _variant("window_ignored", "float64")
+    trial = Trial(variant, problem)
+    d_out = np.ones(problem.q.shape[:3] + (problem.v.shape[-1],))
+    keywords = {key: value for key, value in trial.oracle_kwargs(problem).items() if key != "window_size"}
+    grads = attention_backward(problem.q, problem.k, problem.v, d_out, **keywords)
+    run = _run(variant, IGNORED_WINDOW, {"deviation": "padded-keys-weight-overflow", "block_n": 32})
+    with deviation_mode(run):
+        judge_gradients(trial, problem, d_out, {}, (), grads)
+    assert run.fired == {"ignores-keyword (keyword='window_size')"}
