@@ -9,6 +9,8 @@ import importlib.util
 import os
 
 VARIABLE = "TRITON_INTERPRET"
+MAX_SEQ_VARIABLE = "ATTN_TRITON_MAX_SEQ"
+INTERPRETED_MAX_SEQ = 1024
 
 
 def interpret_without_gpu() -> None:
@@ -24,3 +26,16 @@ def interpret_without_gpu() -> None:
 def interpreting() -> bool:
     """Whether Triton kernels decorated from now on run under the interpreter."""
     return os.environ.get(VARIABLE, "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def interpreted_max_seq() -> int | None:
+    """The max_seq of a Triton record (ours or a peer's). Under the interpreter a (program, key tile) step costs about
+    6 ms whatever the tile (measured: n = 64 in 1 x 1 tiles 25 s, in 16 x 16 0.1 s; n = 1024 in 64 x 64 1.5 s, four
+    times that at each doubling): the regimes past 1024 keys are skipped there, with the reason, and not on a GPU.
+    ATTN_TRITON_MAX_SEQ sets it for a short run (CI's, tox -e triton-ci)."""
+    given = os.environ.get(MAX_SEQ_VARIABLE, "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise ValueError(f"{MAX_SEQ_VARIABLE} must be a positive integer, got {given!r}")
+        return int(given)
+    return INTERPRETED_MAX_SEQ if interpreting() else None

@@ -32,7 +32,7 @@ import os
 from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
-from protocol.triton_interpreter import interpret_without_gpu
+from protocol.triton_interpreter import interpret_without_gpu, interpreted_max_seq
 from specs.kv_cache import check_kv_cache
 from specs.validation import AttentionInputError
 from specs.varlen import check_packing
@@ -120,7 +120,7 @@ def flash_attn_triton_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seql
 
 flash_attn_triton = attention_impl(name="flash-attn-triton", backend="peers", dtypes=("float32", "float16"),
                                    tensors="torch", causal_alignment="bottom_right", value_dim=False, lse=True,
-                                   native=True,
+                                   native=True, max_seq=interpreted_max_seq(),
                                    faces=("dense", "varlen", "kvcache"), probe=PROBE)(flash_attn_triton)
 flash_attn_triton.attention_varlen = flash_attn_triton_varlen
 flash_attn_triton.attention_kvcache = flash_attn_triton_kvcache

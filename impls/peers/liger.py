@@ -18,11 +18,13 @@ from __future__ import annotations
 from impls.peers.availability import installed
 from impls.score_mod_checks import checked_mods
 from protocol.registry import attention_impl
+from protocol.triton_interpreter import interpreted_max_seq
 from specs.validation import AttentionInputError
 
 
 @attention_impl(name="liger-neighborhood", backend="peers", dtypes=("float32", "float16"), tensors="torch",
                 causal_alignment="top_left", cross=False, gqa=False, value_dim=False, native=True,
+                max_seq=interpreted_max_seq(),
                 probe=installed("liger_kernel", "triton", installer="tox -e triton-peers"))
 def liger_neighborhood_attention(q, k, v, *, scale=None, window_size=None):
     from liger_kernel.transformers.functional import liger_fused_neighborhood_attention

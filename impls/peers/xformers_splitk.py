@@ -38,7 +38,7 @@ import os
 
 from impls.peers.availability import installed
 from protocol.registry import attention_impl
-from protocol.triton_interpreter import interpret_without_gpu
+from protocol.triton_interpreter import interpret_without_gpu, interpreted_max_seq
 from specs.kv_cache import check_kv_cache
 from specs.validation import AttentionInputError, check_shapes
 from specs.varlen import check_packing
@@ -169,6 +169,7 @@ def xformers_splitk_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlen
 
 xformers_splitk = attention_impl(name="xformers-splitk", backend="peers", dtypes=("float16",), tensors="torch",
                                  differentiable=False, causal_alignment="bottom_right", lse=True, native=True,
+                                 max_seq=interpreted_max_seq(),
                                  empty_sequences=False,
                                  faces=("dense", "varlen", "kvcache"),
                                  probe=installed("xformers", "triton", installer="tox -e triton-peers"))(

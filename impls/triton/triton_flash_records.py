@@ -5,12 +5,11 @@ which records exist."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from impls.peers.availability import installed
 from protocol.registry import attention_impl
-from protocol.triton_interpreter import interpreting
+from protocol.triton_interpreter import interpreted_max_seq
 
 if TYPE_CHECKING:
     import torch
@@ -34,24 +33,11 @@ def _record(causal_alignment: str):
     return triton_flash
 
 
-def longest_sequence() -> int | None:
-    """The records' max_seq. Under the interpreter a (program, key tile) step costs about 6 ms whatever the tile
-    (measured: n = 64 in 1 x 1 tiles 25 s, in 16 x 16 0.1 s; n = 1024 in 64 x 64 1.5 s, four times that at each
-    doubling): the regimes past 1024 keys are skipped there, with the reason, and not on a GPU. ATTN_TRITON_MAX_SEQ
-    sets it for a short run (CI's, tox -e triton-ci)."""
-    given = os.environ.get("ATTN_TRITON_MAX_SEQ", "").strip()
-    if given:
-        if not given.isdigit() or int(given) < 1:
-            raise ValueError(f"ATTN_TRITON_MAX_SEQ must be a positive integer, got {given!r}")
-        return int(given)
-    return 1024 if interpreting() else None
-
-
 # tiles of at least 16: tl.dot's smallest on a GPU
 TRITON_CAPABILITIES = dict(backend="triton", probe=installed("triton", installer="tox -e triton"),
                            dtypes=("float32", "float16", "bfloat16"), tensors="torch",
                            tile_keywords=("block_rows", "block_cols"), min_block_size=MIN_BLOCK, lse=True,
-                           fused=True, max_seq=longest_sequence())
+                           fused=True, max_seq=interpreted_max_seq())
 triton_flash = attention_impl(name="triton-flash", causal_alignment="top_left",
                               **TRITON_CAPABILITIES)(_record("top_left"))
 triton_flash_bottom_right = attention_impl(name="triton-flash-bottom-right", causal_alignment="bottom_right",

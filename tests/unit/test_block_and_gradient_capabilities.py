@@ -76,3 +76,20 @@ def test_the_interpreter_is_chosen_where_triton_is_and_no_gpu(monkeypatch, insta
     triton_interpreter.interpret_without_gpu()
     assert os.environ.get(triton_interpreter.VARIABLE) == expected
     assert triton_interpreter.interpreting() == (expected == "1")
+
+
+@pytest.mark.parametrize(("interpreting", "given", "expected"), [
+    ("1", None, 1024), ("0", None, None), ("1", "48", 48), ("0", "48", 48)])
+def test_a_triton_records_max_seq_is_1024_under_the_interpreter_unless_set(monkeypatch, interpreting, given, expected):
+    monkeypatch.setenv(triton_interpreter.VARIABLE, interpreting)
+    monkeypatch.delenv(triton_interpreter.MAX_SEQ_VARIABLE, raising=False)
+    if given is not None:
+        monkeypatch.setenv(triton_interpreter.MAX_SEQ_VARIABLE, given)
+    assert triton_interpreter.interpreted_max_seq() == expected
+
+
+@pytest.mark.parametrize("given", ["0", "-3", "many"])
+def test_a_max_seq_that_is_not_a_positive_integer_is_refused_by_name(monkeypatch, given):
+    monkeypatch.setenv(triton_interpreter.MAX_SEQ_VARIABLE, given)
+    with pytest.raises(ValueError, match="ATTN_TRITON_MAX_SEQ must be a positive integer"):
+        triton_interpreter.interpreted_max_seq()
