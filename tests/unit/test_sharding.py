@@ -1,0 +1,49 @@
+"""specs.sharding: each layout gives every position to exactly one rank, in the order the layout says, and unshard
+inverts shard for any n and W, divisible or not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specs.sharding import divides_evenly, shard, shard_positions, unshard
+from specs.validation import AttentionInputError
+
+
+def test_contiguous_gives_the_first_ranks_the_longer_chunks():
+    assert [p.tolist() for p in shard_positions(7, 3, "contiguous")] == [[0, 1, 2], [3, 4], [5, 6]]
+
+
+def test_zigzag_gives_rank_r_chunks_r_and_2w_minus_1_minus_r():
+    assert [p.tolist() for p in shard_positions(8, 2, "zigzag")] == [[0, 1, 6, 7], [2, 3, 4, 5]]
+    assert [p.tolist() for p in shard_positions(6, 3, "zigzag")] == [[0, 5], [1, 4], [2, 3]]
+
+
+def test_fewer_positions_than_ranks_leave_the_last_ranks_empty():
+    assert [len(p) for p in shard_positions(2, 4, "contiguous")] == [1, 1, 0, 0]
+
+
+@given(n=st.integers(0, 40), world=st.integers(1, 5), layout=st.sampled_from(["contiguous", "zigzag"]))
+def test_every_position_is_held_once_and_unshard_inverts_shard(n, world, layout):
+    held = np.concatenate(shard_positions(n, world, layout))
+    assert sorted(held.tolist()) == list(range(n))
+    x = np.random.default_rng(n).standard_normal((2, 3, n, 4))
+    np.testing.assert_array_equal(unshard(shard(x, world, layout), n, layout), x)
+    if divides_evenly(n, world, layout):  # what an even_shards implementation is promised: equal shards
+        assert len({len(p) for p in shard_positions(n, world, layout)}) == 1
+
+def test_a_rank_returning_the_wrong_number_of_positions_is_named():
+    pieces = shard(np.zeros((1, 1, 5, 2)), 2, "contiguous")
+    pieces[1] = pieces[1][:, :, :1]
+    with pytest.raises(AttentionInputError, match="rank 1 returned 1 positions along axis 2, but holds 2"):
+        unshard(pieces, 5, "contiguous")
+
+
+@pytest.mark.parametrize(("args", "message"), [((4, 2, "stripe"), "layout must be one of"),
+                                               ((4, 0, "zigzag"), "world size must be a positive integer"),
+                                               ((-1, 2, "contiguous"), "sequence length must be a non-negative")])
+def test_bad_arguments_are_named(args, message):
+    with pytest.raises(AttentionInputError, match=message):
+        shard_positions(*args)
