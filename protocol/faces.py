@@ -9,6 +9,12 @@
   d) (specs.kv_cache); returns (batch, n_q, heads, d_v), and (out, lse) with lse (batch, heads, n_q); writes the
   new keys and values into the cache in place. `cache_batch_idx`, `cache_leftpad`, `block_table` and `num_splits`
   are features where the signature names them; causal is aligned bottom-right; forward only.
+- "sharded": fn(q, k, v, *, group, scale, causal, ...) run in each of W processes joined in the torch.distributed
+  process group `group` (protocol.rank_pool), q, k and v that rank's shards (batch, heads, n_local, d) in the layout
+  it declares (Capabilities.sharding, specs.sharding: contiguous or zigzag); returns that rank's output shard, and
+  (out, lse) with lse (batch, heads, n_local); torch tensors, autograd within the rank (what crosses ranks is the
+  implementation's to differentiate). The suite gives W = 1 to 4 (its adapter keyword `world_size`); n need not be
+  divisible by W unless the implementation declares even_shards.
 
 An implementation lists its faces in the capability `faces` (default ("dense",)). The function itself offers the
 first; each further face is an attribute of it, `fn.attention_varlen` or `fn.attention_kvcache`. The suite adapts
@@ -24,10 +30,10 @@ from collections.abc import Callable
 from specs.kv_cache import KVCACHE_KEYWORDS
 from specs.varlen import VARLEN_ARGUMENTS
 
-FACES = ("dense", "varlen", "kvcache")
+FACES = ("dense", "varlen", "kvcache", "sharded")
 FACE_POSITIONAL = {"dense": ("q", "k", "v"), "varlen": ("q", "k", "v", *VARLEN_ARGUMENTS),
-                   "kvcache": ("q", "k_cache", "v_cache")}
-FACE_ATTRIBUTES = {"varlen": "attention_varlen", "kvcache": "attention_kvcache"}
+                   "kvcache": ("q", "k_cache", "v_cache"), "sharded": ("q", "k", "v")}
+FACE_ATTRIBUTES = {"varlen": "attention_varlen", "kvcache": "attention_kvcache", "sharded": "attention_sharded"}
 # features a face has where its function's signature names the keyword
 FACE_FEATURES = {"varlen": ("seqused_k",), "kvcache": tuple(k for k in KVCACHE_KEYWORDS if k != "cache_seqlens")}
 FEATURE_KEYWORDS = tuple(feature for features in FACE_FEATURES.values() for feature in features)
@@ -70,6 +76,9 @@ def face_functions(fn: Callable, faces: tuple[str, ...], target: str) -> dict[st
         expected = FACE_POSITIONAL[face]
         if face != "dense" and tuple(positional[:len(expected)]) != expected:
             raise FaceError(f"{target}: the {face} face takes {', '.join(expected)} positionally, in that order; "
+                            f"signature is {inspect.signature(function)}")
+        if face == "sharded" and "group" not in params:
+            raise FaceError(f"{target}: the sharded face takes the process group as the keyword `group`; "
                             f"signature is {inspect.signature(function)}")
         wrong = [name for name in DENSE_ONLY if face != "dense" and name in params]
         if wrong:

@@ -31,7 +31,9 @@ from protocol.dense_adapters import dense_through
 from protocol.expectations import rows_for
 from protocol.faces import FEATURE_KEYWORDS, FaceError, check_faces, face_features, face_functions
 from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
+from protocol.sharded_adapter import dense_over_ranks
 from protocol.triton_interpreter import interpret_without_gpu
+from specs.sharding import LAYOUTS
 from specs.tolerance import SUPPORTED_DTYPES
 from specs.validation import CAUSAL_ALIGNMENTS
 
@@ -42,7 +44,7 @@ SIGNATURE_FEATURES = ("scale", "causal", "mask", "dropout_p", "dropout_seed")
 SCORE_MODS = ("bias", "window_size", "softcap", "alibi_slopes", "sinks")
 DIFFERENTIABLE_MODS = ("bias", "sinks")  # the modification arrays a gradient is taken of (specs.gradients)
 TENSOR_KINDS = ("numpy", "torch")  # what the harness hands an implementation as q, k, v and mask
-BACKENDS = ("numpy", "torch", "cupy", "peers", "triton")  # what --backend selects among built-in records
+BACKENDS = ("numpy", "torch", "cupy", "peers", "triton", "distributed")  # what --backend selects among built-in records
 # "peers" are the implementations people use, checked as they are (impls/peers): their installs are large, so a run
 # checks them only when --backend names them (tox -e peers)
 DEFAULT_BACKENDS = ("numpy", "torch", "cupy")
@@ -92,6 +94,9 @@ class Capabilities:
     cache_leftpad: bool = False  # kvcache: a sequence's keys start at cache_leftpad[b]
     block_table: bool = False  # kvcache: a paged cache, pages found through block_table
     num_splits: bool = False  # kvcache: keys cut into num_splits splits merged through their log-sum-exp
+    sharding: str = "contiguous"  # sharded: how q, k, v are laid across the ranks (specs.sharding.LAYOUTS)
+    even_shards: bool = False  # sharded: takes only lengths the layout splits into equal shards
+    heads_divisible: bool = False  # sharded: splits the query heads among the ranks (Ulysses), refusing otherwise
 
     @property
     def varlen(self) -> bool:
@@ -100,6 +105,10 @@ class Capabilities:
     @property
     def kvcache(self) -> bool:
         return "kvcache" in self.faces
+
+    @property
+    def sharded(self) -> bool:
+        return "sharded" in self.faces
 
     @property
     def gradients(self) -> bool:
@@ -136,6 +145,7 @@ _FEATURE_NOTES = {
     **{mod: f"no `{mod}` keyword named in the signature" for mod in SCORE_MODS},
     "varlen": "no varlen face (capability faces)",
     "kvcache": "no kvcache face (capability faces)",
+    "sharded": "no sharded face (capability faces)",
     **{feature: f"no `{feature}` keyword named in its face's signature" for feature in FEATURE_KEYWORDS},
 }
 FEATURES = tuple(_FEATURE_NOTES)  # what a property may require (`requires(...)` markers)
@@ -247,6 +257,10 @@ def _capabilities(fn: Callable, target: str) -> tuple[Capabilities, dict[str, Ca
     except FaceError as exc:
         raise ImplLoadError(str(exc)) from None
     features = face_features(functions)
+    if "sharded" in faces and (declared.get("tensors") != "torch" or declared.get("native")
+                               or declared.get("sharding", "contiguous") not in LAYOUTS):
+        raise ImplLoadError(f"{target}: the sharded face runs torch tensors in a process group of its own: declare "
+                            f"tensors='torch', not native, and sharding one of {LAYOUTS}")
     if "kvcache" in faces and declared.get("causal_alignment") != "bottom_right":
         raise ImplLoadError(f"{target}: the kvcache face aligns causal bottom-right (the newest query sees every "
                             "key): declare causal_alignment='bottom_right'")
@@ -304,7 +318,9 @@ def load_impl(target: str) -> Impl:
     fn = _import_target(target)  # carries the declarations; `dense` is what the dense properties call
     capabilities, functions = _capabilities(fn, target)
     dense = functions.get("dense")
-    if dense is None:
+    if dense is None and capabilities.faces[0] == "sharded":
+        dense = dense_over_ranks(functions["sharded"], target, capabilities)
+    elif dense is None:
         first = capabilities.faces[0]
         dense = dense_through(first, functions[first], alignment=capabilities.causal_alignment,
                               features={name: getattr(capabilities, name)

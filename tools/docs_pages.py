@@ -80,6 +80,11 @@ MEANINGS = {
                    "through the table, entries past a sequence's pages never read",
     "num_splits": "kvcache face: takes `num_splits`: keys cut into that many splits merged through their "
                   "log-sum-exp; every count gives the same attention",
+    "sharding": "sharded face: how q, k and v are laid across the ranks: `contiguous` (W consecutive chunks) or "
+                "`zigzag` (rank r holds chunks r and 2W - 1 - r of 2W)",
+    "even_shards": "sharded face: takes only lengths its layout splits into equal shards",
+    "heads_divisible": "sharded face: splits the query heads among the ranks (Ulysses), refusing by name heads "
+                       "that do not divide",
 }
 KEYWORD_OF = {"dropout": "dropout_p"}  # a signature feature whose keyword is not the field's name
 

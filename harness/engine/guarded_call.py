@@ -16,6 +16,7 @@ import numpy as np
 
 from harness.engine import run_context
 from harness.engine.call_state import seed_generators
+from protocol.rank_pool import RankFailed
 
 
 class CallFailed(Exception):
@@ -114,6 +115,9 @@ def call_in_process(fn: Callable, arrays: tuple[np.ndarray, ...], kwargs: dict, 
         except Exception as exc:  # the implementation's own failure is the finding
             if expiry.expired:  # ImplTimeout, or what the implementation made of it
                 raise CallFailed(f"the call took longer than {limit:g} s", "timeout") from None
+            if isinstance(exc, RankFailed):  # a sharded call's rank (protocol.rank_pool) raised, hung or died
+                prefix = "the implementation raised " if exc.kind == "raised" else "the sharded call failed: "
+                raise CallFailed(prefix + exc.summary, exc.kind) from None
             raise CallFailed(f"the implementation raised {type(exc).__name__}: {exc}", "raised") from exc
 
 

@@ -51,6 +51,7 @@ from harness.reporting.kernel_resources import summary_line, wanted
 from harness.reporting.report import build_report, write_report
 from harness.reporting.report_text import terminal_lines
 from protocol.expectations import load_table, tables
+from protocol.rank_pool import POOL as RANK_POOL
 from protocol.registry import (
     BACKENDS,
     FEATURES,
@@ -111,10 +112,13 @@ def builtin_targets(config: pytest.Config) -> tuple[str, ...]:
 
 def isolated_targets(option: str, impls: list, named: bool) -> frozenset[str]:
     """Whose calls run in a worker process: all (yes), none (no), or (auto) implementations named with --impl,
-    which declare nothing and are the ones that crash, and records that declare native code."""
+    which declare nothing and are the ones that crash, and records that declare native code. Never a sharded
+    implementation: its calls run in its ranks' processes already (protocol.rank_pool), which a worker could not
+    start (a daemon process has no children)."""
+    isolable = [impl for impl in impls if not impl.capabilities.sharded]
     if option == "auto":
-        return frozenset(impl.target for impl in impls if named or impl.capabilities.native)
-    return frozenset(impl.target for impl in impls) if option == "yes" else frozenset()
+        return frozenset(impl.target for impl in isolable if named or impl.capabilities.native)
+    return frozenset(impl.target for impl in isolable) if option == "yes" else frozenset()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -427,6 +431,7 @@ class _Collector:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    RANK_POOL.close()  # this process's ranks of the sharded implementations, if it started them
     state = session.config.stash.get(STATE, None)
     if state is None or not state.outcomes or _is_worker(session.config):
         return

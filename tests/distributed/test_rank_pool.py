@@ -1,0 +1,56 @@
+"""protocol.rank_pool through the sharded adapter: a rank that raises is a 'raised' verdict naming the rank, a rank
+waiting in a collective its peer never joins is a timeout within the group's timeout, a rank that dies is a crash;
+after each the pool is started afresh and the next call is right. Shards come back in place for both layouts."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from harness.engine.guarded_call import CallFailed, call_in_process
+from protocol.rank_pool import GROUP_TIMEOUT_S, POOL
+from protocol.registry import load_impl
+
+FIXTURES = "tests/fixtures/sharded_impls.py"
+Q = np.arange(2 * 3 * 7 * 2, dtype=np.float64).reshape(2, 3, 7, 2)
+
+
+def _call(name: str, world: int = 2):
+    impl = load_impl(f"{FIXTURES}:{name}")
+    return call_in_process(impl.fn, (Q, Q, Q), {"world_size": world}, "torch", timeout_s=60)
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    yield
+    POOL.close()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_the_shards_come_back_in_place(world):
+    np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries", world)).numpy(), Q)
+
+
+def test_a_rank_that_raises_fails_the_call_naming_it_and_the_next_call_is_right():
+    with pytest.raises(CallFailed, match=r"the implementation raised ValueError: rank one refuses \(rank 1\)") as info:
+        _call("rank_one_raises")
+    assert info.value.kind == "raised"
+    np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries")).numpy(), Q)
+
+
+def test_a_rank_waiting_in_a_collective_its_peer_never_joins_is_a_timeout():
+    started = time.monotonic()
+    with pytest.raises(CallFailed, match="waited for its peers past the group's") as info:
+        _call("rank_zero_waits")
+    assert info.value.kind == "timeout" and time.monotonic() - started < GROUP_TIMEOUT_S + 30
+    np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries")).numpy(), Q)
+
+
+def test_a_rank_that_dies_is_a_crash_and_the_pool_is_rebuilt():
+    with pytest.raises(CallFailed, match="rank 1 died during the call") as info:
+        _call("rank_one_dies")
+    assert info.value.kind == "crashed"
+    np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries")).numpy(), Q)
