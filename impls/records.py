@@ -58,6 +58,11 @@ BUILTIN_TARGETS = (
     "impls.peers.hf_attention:gemma2_eager",
     "impls.peers.hf_attention:gpt_oss_eager",
     "impls.peers.hf_attention:hf_sdpa",
+    # the sharded records: tox -e distributed (process groups of up to four ranks)
+    "impls.distributed.distributed_records:ring",
+    "impls.distributed.distributed_records:ring_zigzag",
+    "impls.distributed.distributed_records:ulysses",
+    "impls.distributed.distributed_records:ring_allgather",
     # Triton peers: tox -e triton-peers
     "impls.peers.liger:liger_neighborhood_attention",
     "impls.peers.flash_attn_triton:flash_attn_triton",

@@ -150,12 +150,13 @@ class Trial:
                 running.call_seconds += time.perf_counter() - started
         return judge_gradients(self, problem, d_out, extra, wrt, grads)
 
-    def expect_raised(self, problem: Problem, accepted: str) -> str:
-        """The summary of the error the implementation raises on `problem` (a call that runs past the limit or
-        crashes is still a failure); if it returns instead, a failure saying it accepted `accepted`."""
+    def expect_raised(self, problem: Problem, accepted: str, **extra) -> str:
+        """The summary of the error the implementation raises on `problem` (called with `extra`; a call that runs
+        past the limit or crashes is still a failure); if it returns instead, a failure saying it accepted
+        `accepted`."""
         __tracebackhide__ = True
         try:
-            raw = self.call_raw(problem)
+            raw = self.call_raw(problem, **extra)
         except PropertyViolation as violation:
             if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
                 raise

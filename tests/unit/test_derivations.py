@@ -39,6 +39,7 @@ from properties import test_poisoning as poisoning
 from properties import test_probability as probability
 from properties import test_scaling as scaling
 from properties import test_score_mods as score_mods
+from properties import test_sharded as sharded
 from properties import test_stability as stability
 from properties import test_symmetry as symmetry
 from properties import test_tiling as tiling
@@ -56,6 +57,7 @@ SQUARE = "tests.unit.test_derivations:square_values_attention"
 FLASH = "impls.torch.torch_flash_records:flash_tiled"  # takes dropout_p
 RECORDED = "tests.unit.test_derivations:recorded_positional_bias"
 NO_SCALE = "tests.fixtures.outside_impls:plain_qkv_only"  # without a scale keyword: properties fold the scale into q
+ULYSSES = "impls.distributed.distributed_records:ulysses"  # splits the heads: W = 4 copies them where 4 do not divide
 # (property, implementation, dtype): between them they reach every `.derive(` call site
 PROPERTIES = [
     (masking.test_changing_future_tokens_leaves_past_outputs, TILED, "float64"),
@@ -108,6 +110,8 @@ PROPERTIES = [
     (keyword_domain.test_lse_of_every_row, TILED, "float64"),
     (gradient_poisoning.test_non_finite_keys_no_row_sees_never_reach_gradients, TILED, "float64"),
     (gradient_poisoning.test_non_finite_keys_past_every_causal_horizon_never_reach_gradients, TILED, "float64"),
+    (lambda variant: sharded.test_sharded_output_and_lse_equal_the_global_ones(variant=variant, world=4), ULYSSES,
+     "float64"),
     # a NaN softcap among the bad values: its step must rebuild it (NaN is identical to NaN there)
     (functools.partial(score_mods.test_bad_modifications_are_rejected_by_name, keyword="softcap"), TILED, "float64"),
     (lambda variant: _explained(poisoning.test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them, variant),

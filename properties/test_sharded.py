@@ -1,0 +1,70 @@
+"""Attention sharded across processes (beyond the seeds: context parallelism; seed 000 § Flash Attention's tiled
+output equals the global output, a tile per process).
+
+Every dense property already reaches a sharded implementation through its adapter (protocol.sharded_adapter), on
+the largest group its lengths fill; these ask for each group size W = 2, 3, 4 in turn, lengths not divisible by W
+among them, and check the output, the log-sum-exp and the gradients gathered from the ranks against the global
+oracle; and that an implementation which splits the heads refuses, by name, heads that do not divide.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from harness.api.markers import checks
+from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
+from properties.test_gradients import check_gradients
+from protocol.rank_pool import POOL_SIZE
+from specs.sharding import WORLD_SIZES, divides_evenly
+
+SMALL = dict(max_n=24, max_d=8)
+WORLDS = tuple(world for world in WORLD_SIZES if world <= POOL_SIZE)  # a smaller pool (ATTN_RANKS) runs fewer
+
+
+def _sharded_problem(variant, world: int, data):
+    """A problem for W = `world`: causal or not, lengths from W (no rank empty) up, divisible only where the
+    implementation needs it, heads made divisible where it splits them."""
+    caps = variant.capabilities
+    causal = caps.causal and data.draw(st.booleans(), label="causal")
+    problem = data.draw(problems_for(variant, causal=causal, min_n=world, **SMALL), label="problem")
+    if caps.heads_divisible and problem.q.shape[1] % world:  # W copies of the query heads divide among W ranks
+        problem = problem.derive(f"p = p.replace(q=np.tile(p.q, (1, {world}, 1, 1)))")
+    assume(not caps.even_shards or all(divides_evenly(n, world, caps.sharding) for n in (problem.n_q, problem.n_k)))
+    return problem
+
+
+@checks("sharded-equals-global")
+@pytest.mark.requires("sharded")
+@pytest.mark.parametrize("world", WORLDS)
+@given(data=st.data())
+def test_sharded_output_and_lse_equal_the_global_ones(variant, world, data):
+    problem = _sharded_problem(variant, world, data)
+    check = check_out_and_lse_against_oracle if variant.capabilities.lse else check_against_oracle
+    check(variant, problem, world_size=world)
+
+
+@checks("sharded-equals-global")
+@pytest.mark.requires("sharded", "gradients")
+@pytest.mark.parametrize("world", WORLDS)
+@given(data=st.data())
+def test_sharded_gradients_equal_the_global_ones(variant, world, data):
+    problem = _sharded_problem(variant, world, data)
+    check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra={"world_size": world})
+
+
+@checks("sharded-refuses-what-its-layout-cannot-split")
+@pytest.mark.requires("sharded")
+@given(data=st.data())
+def test_heads_that_do_not_divide_among_the_ranks_are_refused_by_name(variant, data):
+    if not variant.capabilities.heads_divisible:
+        pytest.skip("the implementation does not split the heads among the ranks (heads_divisible=False)")
+    world = data.draw(st.sampled_from(WORLDS), label="world")
+    problem = data.draw(problems_for(variant, min_n=world, **SMALL), label="problem")
+    assume(problem.q.shape[1] % world)
+    trial = Trial(variant, problem)
+    summary = trial.expect_raised(problem, f"{problem.q.shape[1]} heads on {world} ranks", world_size=world)
+    if "heads" not in summary:
+        trial.fail(f"refused {problem.q.shape[1]} heads on {world} ranks without naming the heads: {summary}",
+                   problem, call_line=f"out = fn(q, k, v, **p.kwargs(), world_size={world})")
