@@ -17,7 +17,8 @@ from pathlib import Path
 
 from harness.reporting.catches import Catch, load_catches
 
-MODULES = ("zoo/wrong.py", "zoo/wrong_faces.py", "zoo/declared.py", "zoo/wrong_triton.py")  # the wrong implementations
+MODULES = ("zoo/wrong.py", "zoo/wrong_faces.py", "zoo/declared.py", "zoo/wrong_triton.py",
+           "zoo/wrong_sharded.py")  # the wrong implementations
 CATCHES = Path(__file__).resolve().with_name("catches.toml")
 
 
