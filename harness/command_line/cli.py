@@ -5,6 +5,9 @@
       against the named implementations, `module.path:function` (imported from the current
       directory) or `path/to/file.py:function`, split over one pytest-xdist worker per core (`-- -n 0`:
       one process); exits with pytest's exit status.
+  attention-spec merge GROUP... --report DIR
+      one report from the groups of a split run (pytest-split's --splits N --group i, each with its own --report):
+      the groups' outcomes folded and judged together; exits 1 on an unexpected failure, 2 when they cannot merge.
   attention-spec compare OLD NEW
       the verdicts that changed between two report.json files (or --report directories); exits 1
       when one got worse, 2 when a report cannot be read, 0 otherwise.
@@ -75,6 +78,30 @@ def compare(old: Path, new: Path) -> int:
     return int(any(change.kind == "worse" for change in found))
 
 
+def merge(groups: Sequence[Path], report: Path) -> int:
+    """One report from split groups' outcomes (harness.reporting.split_runs): 1 when a verdict is an unexpected
+    failure or error, or a built-in's declaration was caught by no group; 2 when the groups cannot be merged."""
+    # imported here, as compare's
+    from harness.engine.verdicts import judge_declarations
+    from harness.reporting.report import build_report, write_report
+    from harness.reporting.report_text import terminal_lines
+    from harness.reporting.split_runs import SplitError, merge_outcomes
+
+    try:
+        merged = merge_outcomes(list(groups))
+    except SplitError as exc:
+        print(f"attention-spec merge: {exc}", file=sys.stderr)
+        return 2
+    fatal = judge_declarations(merged.state, merged.derandomized)
+    built = build_report(merged.state, merged.duration_s, profile=merged.profile)
+    write_report(built, report, merged.state.variants)
+    for line in [*terminal_lines(built, 100, str(report)), *merged.state.warnings]:
+        print(line)
+    print(f"merged {len(merged.groups)} groups ({', '.join(merged.groups)}) into {report}/report.json")
+    unexpected = built["summary"]["unexpected_fail"] + built["summary"]["error"]
+    return int(fatal or unexpected > 0)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attention-spec", description="Check attention implementations against "
                                      "the specification's properties, and compare two runs' reports.")
@@ -88,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     diff = commands.add_parser("compare", help="the verdicts that changed between two reports; 1 if one got worse")
     diff.add_argument("old", type=Path, help="the earlier report.json, or its directory")
     diff.add_argument("new", type=Path, help="the later report.json, or its directory")
+    join = commands.add_parser("merge", help="one report from the groups of a split run (pytest-split's --splits)")
+    join.add_argument("groups", nargs="+", type=Path, metavar="GROUP", help="a group's --report directory")
+    join.add_argument("--report", type=Path, required=True, metavar="DIR", help="where the merged report goes")
     return parser
 
 
@@ -97,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     parser = _parser()
     options = parser.parse_args(argv)
+    if options.command == "merge":
+        if extra:
+            parser.error("merge takes no pytest arguments")
+        return merge(options.groups, options.report)
     if options.command == "compare":
         if extra:
             parser.error("compare takes no pytest arguments")

@@ -50,6 +50,7 @@ from harness.pytest_plugin.worker_threads import one_thread_per_worker
 from harness.reporting.kernel_resources import summary_line, wanted
 from harness.reporting.report import build_report, write_report
 from harness.reporting.report_text import terminal_lines
+from harness.reporting.split_runs import write_outcomes
 from protocol.expectations import load_table, tables
 from protocol.rank_pool import POOL as RANK_POOL
 from protocol.registry import (
@@ -423,17 +424,22 @@ class _Collector:
 
     def __init__(self, state: RunState) -> None:
         self.state = state
+        self.kept: list[dict] = []  # every contribution as data, for a split group's outcomes.json
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, data in report.user_properties:
             if name == USER_PROPERTY:
                 self.state.fold(Contribution.from_data(data))
+                self.kept.append(data)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     RANK_POOL.close()  # this process's ranks of the sharded implementations, if it started them
     state = session.config.stash.get(STATE, None)
     if state is None or not state.outcomes or _is_worker(session.config):
+        return
+    if _split_group(session.config):  # verdicts and uncaught rows are the merge's (harness.reporting.split_runs)
+        _write_split_outcomes(session.config, state)
         return
     if judge_declarations(state, settings.default.derandomize) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -446,6 +452,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     directory = session.config.getoption("report")
     if directory:
         write_report(state.report, directory, state.variants)
+
+
+def _split_group(config: pytest.Config) -> str | None:
+    """'i/N' when pytest-split runs group i of N, else None."""
+    splits = config.getoption("splits", default=None)
+    return f"{config.getoption('group')}/{splits}" if splits else None
+
+
+def _write_split_outcomes(config: pytest.Config, state: RunState) -> None:
+    directory = config.getoption("report")
+    if not directory:
+        raise pytest.UsageError("a split run (--splits) writes its outcomes for `attention-spec merge`: give --report")
+    path = write_outcomes(directory, state, config.pluginmanager.get_plugin("attention-verdicts").kept,
+                          group=_split_group(config), profile=settings.get_current_profile_name(),
+                          derandomized=bool(settings.default.derandomize),
+                          duration_s=time.monotonic() - state.started)
+    state.warnings.append(f"split group {_split_group(config)}: its outcomes are in {path}; no verdicts until "
+                          "`attention-spec merge` reads every group's")
 
 
 def _accept(path: str | None, state: RunState) -> bool:
@@ -471,6 +495,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("claims x implementations")
         for line in not_run_lines(state.unavailable):
             terminalreporter.write_line(line)
+        return
+    if state is not None and state.report is None and _split_group(config):
+        for warning in state.warnings:
+            terminalreporter.write_line(warning, yellow=True)
         return
     if state is None or state.report is None:
         return
