@@ -102,11 +102,12 @@ def test_the_catches_name_only_claims_and_subjects_that_exist(path):
 
 def test_every_wrong_implementation_of_the_zoo_has_catches():
     """The zoo's list is its catches file (zoo/defects.py): a wrong implementation without catches would never run,
-    so every public function of zoo/wrong.py, zoo/wrong_faces.py and zoo/wrong_triton.py, and the six of
-    zoo/declared.py, must have some."""
-    from zoo import declared, wrong, wrong_faces, wrong_triton
+    so every public function of zoo/wrong.py, zoo/wrong_faces.py, zoo/wrong_triton.py and zoo/wrong_sharded.py,
+    and the six of zoo/declared.py, must have some."""
+    from zoo import declared, wrong, wrong_faces, wrong_sharded, wrong_triton
 
-    functions = [f"zoo/{module.__name__.rpartition('.')[2]}.py:{name}" for module in (wrong, wrong_faces, wrong_triton)
+    modules = (wrong, wrong_faces, wrong_triton, wrong_sharded)
+    functions = [f"zoo/{module.__name__.rpartition('.')[2]}.py:{name}" for module in modules
                  for name, value in vars(module).items()
                  if callable(value) and not name.startswith("_") and value.__module__ == module.__name__]
     functions += [f"zoo/declared.py:{name}" for name in declared.DEFECTIVE]
