@@ -61,12 +61,16 @@ def visibility(rows: np.ndarray, keys: np.ndarray, n_q: int, n_k: int, causal: b
     return torch.from_numpy(visible)
 
 
-def block_attention(q, k, v, visible, scale: float, softcap: float):
-    """(out_b, lse_b) of q against one block, in the accumulation dtype; a block no row sees gives 0 and -inf and is
-    never read (so a NaN in it reaches no gradient, as a causal kernel skips the tiles past every row's horizon)."""
-    if k.shape[2] == 0 or q.shape[2] == 0 or not visible.any():
+def masked_attention(q, k, v, visible, scale: float, softcap: float):
+    """(out, lse) of q against keys k, v under `visible` (rows x keys) with our tiled kernel, reading only the keys some
+    row sees: a key no row sees is never read, so a NaN in it reaches no gradient (as a causal kernel skips the tiles
+    past every row's horizon); no key seen gives 0 and -inf."""
+    seen = visible.any(dim=0)
+    if q.shape[2] == 0 or not seen.any():
         out = q.new_zeros(q.shape[:3] + (v.shape[-1],))
         return out, q.new_full(q.shape[:3], -torch.inf)
+    if not seen.all():
+        k, v, visible = k[:, :, seen], v[:, :, seen], visible[:, seen]
     return flash_attention_tiled(q, k, v, scale=scale, mask=visible[None, None], softcap=softcap, return_lse=True)
 
 
@@ -123,7 +127,7 @@ class RingPlan:
                           self.alignment, self.window)
 
     def attend(self, q, k, v, step: int):
-        return block_attention(q, k, v, self.visible(step), self.scale, self.softcap)
+        return masked_attention(q, k, v, self.visible(step), self.scale, self.softcap)
 
     @staticmethod
     def merge(out, lse, out_b, lse_b):

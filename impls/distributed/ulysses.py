@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as collectives
 
-from impls.distributed.ring import gathered_lengths, global_positions, visibility
+from impls.distributed.ring import gathered_lengths, global_positions, masked_attention, visibility
 from impls.score_mod_checks import checked_mods
 from impls.torch.torch_flash import flash_attention_tiled
-from specs.validation import AttentionInputError
+from specs.validation import AttentionInputError, resolve_scale
 
 
 def _swap(pieces: list[torch.Tensor], shapes: list[tuple[int, ...]], group) -> list[torch.Tensor]:
@@ -113,9 +113,5 @@ def allgather_attention(q, k, v, *, group, scale=None, causal=False, window_size
     visible = visibility(rows[dist.get_rank(group)], np.concatenate(keys), n_q, n_k, bool(causal), "top_left",
                          mods.window)
     every_k, every_v = gathered(k), gathered(v)  # every rank takes part, queries or not
-    if q.shape[2] == 0:
-        out, lse = q.new_zeros(q.shape[:3] + (v.shape[-1],)), q.new_zeros(q.shape[:3])
-    else:
-        out, lse = flash_attention_tiled(q, every_k, every_v, scale=scale, mask=visible[None, None],
-                                         softcap=mods.softcap, return_lse=True)
+    out, lse = masked_attention(q, every_k, every_v, visible, resolve_scale(scale, q.shape[-1]), mods.softcap)
     return (out, lse) if return_lse else out
