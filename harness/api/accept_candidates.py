@@ -23,6 +23,7 @@ SETTINGS: dict[str, tuple[dict, ...]] = {
     "hidden-nonfinite-reaches-gradients": ({"gradients": ["dq"]}, {"gradients": ["dq", "dk"]},
                                            {"gradients": ["dq", "dv"]}, {"gradients": ["dq", "dk", "dv"]}),
     "ignores-keyword": tuple({"keyword": keyword} for keyword in IGNORABLE),
+    "padded-keys-weight-overflow": tuple({"block_n": size} for size in (16, 32, 64, 128)),  # kernels' key tiles
 }
 NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone",
                      "unwritten-shared-memory-read")
