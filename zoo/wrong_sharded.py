@@ -55,17 +55,22 @@ def _wrong(layout: str, face, mistake: str, **declared):
     return face
 
 
-ring_merge_unrescaled = _wrong(
-    "contiguous", ring_face("contiguous", _UnrescaledMerge),
+def _wrong_ring(layout: str, plan_type: type[RingPlan], mistake: str):
+    """Our ring over `layout` with one step of `plan_type` wrong."""
+    return _wrong(layout, ring_face(layout, plan_type), mistake)
+
+
+ring_merge_unrescaled = _wrong_ring(
+    "contiguous", _UnrescaledMerge,
     "the ring merges a block's partial result without rescaling the running output by its new share")
-ring_block_mask_at_local_offset = _wrong(
-    "contiguous", ring_face("contiguous", _LocalBlockOffset),
+ring_block_mask_at_local_offset = _wrong_ring(
+    "contiguous", _LocalBlockOffset,
     "the causal mask of a rotated block is laid at the block's local positions, as if it were the diagonal block")
-zigzag_chunks_swapped = _wrong(
-    "zigzag", ring_face("zigzag", _ZigzagChunksSwapped),
+zigzag_chunks_swapped = _wrong_ring(
+    "zigzag", _ZigzagChunksSwapped,
     "a zigzag rank takes its two chunks in the wrong order (2W - 1 - r first), so its positions are misread")
-ring_backward_drops_remote_lse = _wrong(
-    "contiguous", ring_face("contiguous", _RemoteLseDropped),
+ring_backward_drops_remote_lse = _wrong_ring(
+    "contiguous", _RemoteLseDropped,
     "the backward passes a remote block only dLSE's share, dropping <dO, out_b - out> (the LSE's gradient there)")
 ulysses_heads_back_reversed = _wrong(
     "contiguous", ulysses_face(_HeadsBackReversed),
