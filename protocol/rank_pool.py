@@ -19,9 +19,11 @@ received.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -138,6 +140,22 @@ def _rank_main(rank: int, size: int, store_path: str, conn: Connection) -> None:
             conn.send(_failure(exc))
 
 
+@contextlib.contextmanager
+def _caller_main_hidden():
+    """multiprocessing runs the starting process's main module again in every new process (a script by its path, a
+    `-m` module by its name), unless it is guarded by `if __name__ == "__main__"`: a reproduction snippet run as a
+    script would start the pool again inside each rank. The ranks import only the implementation, by its target, so
+    the main module is hidden while they start."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
 class RankPool:
     """POOL_SIZE ranks in one gloo group, started on the first call, closed after any failure."""
 
@@ -154,7 +172,8 @@ class RankPool:
         for rank in range(self.size):
             ours, theirs = context.Pipe()
             process = context.Process(target=_rank_main, args=(rank, self.size, store, theirs), daemon=True)
-            process.start()
+            with _caller_main_hidden():
+                process.start()
             theirs.close()
             self.ranks.append((process, ours))
         self._collect(range(self.size), START_TIMEOUT_S, "start")

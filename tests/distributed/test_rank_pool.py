@@ -1,10 +1,17 @@
 """protocol.rank_pool through the sharded adapter: a rank that raises is a 'raised' verdict naming the rank, a rank
 waiting in a collective its peer never joins is a timeout within the group's timeout, a rank that dies is a crash;
-after each the pool is started afresh and the next call is right. Shards come back in place for both layouts."""
+after each the pool is started afresh and the next call is right. Shards come back in place for both layouts. A
+script that calls a sharded implementation needs no `if __name__ == "__main__"` guard (a reproduction snippet has
+none): the ranks do not run it again."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +21,7 @@ from harness.engine.guarded_call import CallFailed, call_in_process
 from protocol.rank_pool import GROUP_TIMEOUT_S, POOL
 from protocol.registry import load_impl
 
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = "tests/fixtures/sharded_impls.py"
 Q = np.arange(2 * 3 * 7 * 2, dtype=np.float64).reshape(2, 3, 7, 2)
 
@@ -54,3 +62,18 @@ def test_a_rank_that_dies_is_a_crash_and_the_pool_is_rebuilt():
         _call("rank_one_dies")
     assert info.value.kind == "crashed"
     np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries")).numpy(), Q)
+
+
+def test_a_script_without_a_main_guard_calls_a_sharded_implementation(tmp_path):
+    """multiprocessing would run the script again in each rank, which would start a pool of its own there."""
+    script = tmp_path / "repro.py"
+    script.write_text(textwrap.dedent(f"""\
+        import torch
+        from protocol.registry import load_impl
+        q = torch.arange(12.0).reshape(1, 2, 3, 2)
+        out = load_impl({FIXTURES + ':returns_queries'!r}).fn(q, q, q, world_size=2)
+        print("same" if torch.equal(out, q) else "changed")
+        """))
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (done.returncode, done.stdout.strip()) == (0, "same"), done.stderr[-3000:]
