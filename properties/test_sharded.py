@@ -4,7 +4,8 @@ output equals the global output, a tile per process).
 Every dense property already reaches a sharded implementation through its adapter (protocol.sharded_adapter), on
 the largest group its lengths fill; these ask for each group size W = 2, 3, 4 in turn, lengths not divisible by W
 among them, and check the output, the log-sum-exp and the gradients gathered from the ranks against the global
-oracle; and that an implementation which splits the heads refuses, by name, heads that do not divide.
+oracle; that a ring's merge does not depend on the order its blocks arrive in beyond the merge's rounding; and that
+an implementation which splits the heads refuses, by name, heads that do not divide.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
+from properties.sharded_checks import merge_order_comparison
 from properties.test_gradients import check_gradients
 from protocol.rank_pool import POOL_SIZE
-from specs.sharding import WORLD_SIZES, divides_evenly
+from specs.sharding import WORLD_SIZES, chunks, divides_evenly
 
 SMALL = dict(max_n=24, max_d=8)
 WORLDS = tuple(world for world in WORLD_SIZES if world <= POOL_SIZE)  # a smaller pool (ATTN_RANKS) runs fewer
@@ -52,6 +54,32 @@ def test_sharded_output_and_lse_equal_the_global_ones(variant, world, data):
 def test_sharded_gradients_equal_the_global_ones(variant, world, data):
     problem = _sharded_problem(variant, world, data)
     check_gradients(Trial(variant, problem), problem, seed=problem.recipe.seed, extra={"world_size": world})
+
+
+@checks("ring-merge-order-free")
+@pytest.mark.requires("sharded")
+@pytest.mark.parametrize("world", WORLDS)
+@given(data=st.data())
+def test_a_ring_merges_the_same_blocks_alike_in_any_order(variant, world, data):
+    """Keys whose shards are exchanged among the ranks (non-causal, no modification: nothing depends on where a
+    key sits) give every rank the same blocks in another order: only the merge's rounding may differ."""
+    caps = variant.capabilities
+    if not caps.ring_merge:
+        pytest.skip("the implementation does not declare a ring's log-sum-exp merge (ring_merge=False)")
+    pieces = chunks(0, world, caps.sharding)
+    problem = data.draw(problems_for(variant, min_n=pieces, **SMALL), label="problem")
+    if problem.n_k % pieces:  # equal shards: the keys cut to a multiple of the layout's chunks
+        whole = problem.n_k - problem.n_k % pieces
+        problem = problem.derive(f"p = p.replace(k=p.k[:, :, :{whole}], v=p.v[:, :, :{whole}])")
+    shift = data.draw(st.integers(1, world - 1), label="shards shifted by")
+    got, expected, allowance = merge_order_comparison(variant, problem, world=world, shift=shift)
+    what, versus = f"out (key shards moved {shift} ranks on)", "out with the blocks in the ring's own order"
+    Trial(variant, problem).expect_close(got, expected, allowance, what=what, versus=versus, script="\n".join([
+        "from properties.sharded_checks import merge_order_comparison",
+        "from protocol.registry import Variant",
+        f"variant = Variant(load_impl({variant.impl.target!r}), {variant.dtype!r})",
+        f"got, expected, allowance = merge_order_comparison(variant, p, world={world}, shift={shift})",
+        f"print(verdict(got, expected, allowance, what={what!r}, versus={versus!r}))"]))
 
 
 @checks("sharded-refuses-what-its-layout-cannot-split")

@@ -97,6 +97,9 @@ class Capabilities:
     sharding: str = "contiguous"  # sharded: how q, k, v are laid across the ranks (specs.sharding.LAYOUTS)
     even_shards: bool = False  # sharded: takes only lengths the layout splits into equal shards
     heads_divisible: bool = False  # sharded: splits the query heads among the ranks (Ulysses), refusing otherwise
+    # sharded: each rank merges the K/V blocks passed around the ranks by their log-sum-exp (ring attention), so
+    # keys whose shards are exchanged among the ranks change only the merge's order
+    ring_merge: bool = False
 
     @property
     def varlen(self) -> bool:

@@ -64,3 +64,17 @@ def unshard(pieces: list[np.ndarray], n: int, layout: str, axis: int = 2) -> np.
                                       f"holds {len(held)} of the {n} ({layout} layout, {len(pieces)} ranks)")
     order = np.argsort(np.concatenate(positions), kind="stable")
     return np.take(np.concatenate(pieces, axis=axis), order, axis=axis)
+
+
+def shards_exchanged(n: int, world: int, layout: str, shift: int) -> np.ndarray:
+    """The order of n positions that hands rank r what rank (r + shift) % W held, each shard's own order kept
+    (`x[..., order, :]`): ring attention on keys so exchanged merges the same blocks, in another order. Needs
+    shards of one length (divides_evenly)."""
+    if not divides_evenly(n, world, layout):
+        raise AttentionInputError(f"n={n} does not split into equal {layout} shards on {world} ranks: shards of "
+                                  "different lengths cannot be exchanged")
+    positions = shard_positions(n, world, layout)
+    order = np.empty(n, dtype=np.int64)
+    for rank, held in enumerate(positions):
+        order[held] = positions[(rank + shift) % world]
+    return order

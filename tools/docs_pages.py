@@ -85,6 +85,7 @@ MEANINGS = {
     "even_shards": "sharded face: takes only lengths its layout splits into equal shards",
     "heads_divisible": "sharded face: splits the query heads among the ranks (Ulysses), refusing by name heads "
                        "that do not divide",
+    "ring_merge": "sharded face: merges the K/V blocks passed around the ranks by their log-sum-exp (ring attention)",
 }
 KEYWORD_OF = {"dropout": "dropout_p"}  # a signature feature whose keyword is not the field's name
 

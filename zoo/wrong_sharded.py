@@ -57,7 +57,7 @@ def _wrong(layout: str, face, mistake: str, **declared):
 
 def _wrong_ring(layout: str, plan_type: type[RingPlan], mistake: str):
     """Our ring over `layout` with one step of `plan_type` wrong."""
-    return _wrong(layout, ring_face(layout, plan_type), mistake)
+    return _wrong(layout, ring_face(layout, plan_type), mistake, ring_merge=True)
 
 
 ring_merge_unrescaled = _wrong_ring(

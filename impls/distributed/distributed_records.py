@@ -30,9 +30,9 @@ def _record_of(face: Callable) -> Callable:
     return record
 
 
-ring = attention_impl(name="ring", sharding="contiguous", **SHARDED_CAPABILITIES)(
+ring = attention_impl(name="ring", sharding="contiguous", ring_merge=True, **SHARDED_CAPABILITIES)(
     _record_of(ring_face("contiguous")))
-ring_zigzag = attention_impl(name="ring-zigzag", sharding="zigzag", **SHARDED_CAPABILITIES)(
+ring_zigzag = attention_impl(name="ring-zigzag", sharding="zigzag", ring_merge=True, **SHARDED_CAPABILITIES)(
     _record_of(ring_face("zigzag")))
 ulysses = attention_impl(name="ulysses", sharding="contiguous", heads_divisible=True, **SHARDED_CAPABILITIES)(
     _record_of(ulysses_face()))

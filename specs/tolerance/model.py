@@ -274,6 +274,31 @@ def fused_difference_allowance(result: AttentionResult, q: np.ndarray, k: np.nda
                      f"and the output rounded to {name}", terms)
 
 
+def merge_order_allowance(result: AttentionResult, v: np.ndarray, dtype: np.dtype | str, merges: int) -> Allowance:
+    """Allowed |O_1 - O_2| between two merges of the same `merges` partial results (out_b, lse_b) in two orders:
+    ring attention on keys whose shards were exchanged among the ranks, each block's partial result the same bits.
+
+    The exact merge of given partial results does not depend on their order, and each chain of pairwise logaddexp
+    merges is within (s + 4) u_a L_i (P|V|)_ic of it (the module docstring's merge term, s = `merges`), so the two
+    chains are within twice that; each output then rounds once to `dtype` (2 u |O_ic| together); a block's weight
+    below the accumulator's smallest normal may be flushed in one order and not the other (s tiny max|v|), and the
+    output's spacing at 0 is `dtype`'s smallest subnormal. No score or sum term: the blocks' own results are equal,
+    so only the merge's rounding may differ."""
+    dtype = numpy_dtype(dtype)
+    u = unit_roundoff(dtype)
+    u_a = min(u, unit_roundoff(np.float32))
+    weights = result.applied_weights
+    abs_weighted = weights @ np.abs(repeat_kv(v, weights.shape[1] // v.shape[1]))
+    chains = SAFETY * 2 * (merges + 4) * u_a * _merge_magnitude(result, v.shape[2]) * abs_weighted
+    output = 2 * u * np.abs(result.out)
+    inner = np.float32 if u_a < u else dtype
+    underflow = merges * float(finfo(inner).tiny) * float(np.abs(v).max(initial=0.0)) + float(
+        finfo(dtype).smallest_subnormal)
+    return Allowance(chains + output + underflow, "two merge orders: SAFETY*2(s+4)u_a*L_i*P|V| + 2u|O| + s tiny max|v|",
+                     (("log-sum-exp merge rounding, both orders", chains), ("output rounding", output),
+                      ("underflow", underflow)))
+
+
 def _rounding_floor(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                     dtype: np.dtype) -> tuple[np.ndarray, tuple]:
     """The probabilistic floor of the module docstring (storage in `dtype`, float32 inside), and its terms."""

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specs.sharding import divides_evenly, shard, shard_positions, unshard
+from specs.sharding import divides_evenly, shard, shard_positions, shards_exchanged, unshard
 from specs.validation import AttentionInputError
 
 
@@ -33,6 +33,21 @@ def test_every_position_is_held_once_and_unshard_inverts_shard(n, world, layout)
     np.testing.assert_array_equal(unshard(shard(x, world, layout), n, layout), x)
     if divides_evenly(n, world, layout):  # what an even_shards implementation is promised: equal shards
         assert len({len(p) for p in shard_positions(n, world, layout)}) == 1
+
+
+@given(chunk=st.integers(1, 5), world=st.integers(1, 5), layout=st.sampled_from(["contiguous", "zigzag"]),
+       shift=st.integers(-6, 6))
+def test_exchanged_shards_hand_each_rank_its_neighbours_shard_in_its_order(chunk, world, layout, shift):
+    n = chunk * (world if layout == "contiguous" else 2 * world)
+    x = np.random.default_rng(n).standard_normal((1, 2, n, 3))
+    moved = shard(x[:, :, shards_exchanged(n, world, layout, shift)], world, layout)
+    for rank, held in enumerate(shard(x, world, layout)):
+        np.testing.assert_array_equal(moved[(rank - shift) % world], held)
+
+
+def test_shards_of_different_lengths_cannot_be_exchanged():
+    with pytest.raises(AttentionInputError, match="n=5 does not split into equal zigzag shards on 2 ranks"):
+        shards_exchanged(5, 2, "zigzag", 1)
 
 def test_a_rank_returning_the_wrong_number_of_positions_is_named():
     pieces = shard(np.zeros((1, 1, 5, 2)), 2, "contiguous")

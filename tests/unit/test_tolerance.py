@@ -181,6 +181,7 @@ def _every_allowance() -> dict[str, Allowance]:
         "rope_score_allowance": tolerance.rope_score_allowance(p.q[0, 0, 0], p.k[0, 0, 0], 10),
         "lse_allowance": lse,
         "merge_allowance": tolerance.merge_allowance([np.ones(result.lse.shape)], [result.out], [allowance], [lse]),
+        "merge_order_allowance": tolerance.merge_order_allowance(result, p.v, "float32", merges=2),
         "directional_derivative_allowance": tolerance.directional_derivative_allowance(
             p.q, p.k, p.v, rng.standard_normal(result.out.shape), directions),
         "entropy_allowance": tolerance.entropy_allowance(5),

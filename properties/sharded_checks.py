@@ -1,0 +1,32 @@
+"""What the sharded properties share beyond the dense ones: the merge-order comparison of a ring (claim
+ring-merge-order-free), one function that the property and its reproduction snippet both call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.api.trial import Trial
+from protocol.registry import Variant
+from specs.problems import Problem
+from specs.sharding import shards_exchanged
+from specs.tolerance import Allowance, merge_order_allowance
+
+
+def exchanged_keys(problem: Problem, world: int, layout: str, shift: int) -> Problem:
+    """`problem` with its keys and values laid so that rank r of `world` holds what rank r + shift held."""
+    order = shards_exchanged(problem.n_k, world, layout, shift).tolist()
+    return problem.derive(f"p = p.replace(k=p.k[:, :, {order}], v=p.v[:, :, {order}])")
+
+
+def merge_order_comparison(variant: Variant, problem: Problem, *, world: int,
+                           shift: int) -> tuple[np.ndarray, np.ndarray, Allowance]:
+    """The output on `problem` with the key shards exchanged by `shift`, the output on `problem` (both on `world`
+    ranks), and the allowed difference: the merge term of `world` merges in either order
+    (specs.tolerance.merge_order_allowance)."""
+    __tracebackhide__ = True
+    trial = Trial(variant, problem)
+    moved = exchanged_keys(problem, world, variant.capabilities.sharding, shift)
+    got, expected = (trial.call(p, world_size=world) for p in (moved, problem))
+    oracle, _ = trial.oracle(problem)
+    _, _, v = trial.exact_inputs(problem)
+    return got, expected, merge_order_allowance(oracle, v, variant.dtype, merges=world)
