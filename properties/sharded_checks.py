@@ -8,8 +8,19 @@ import numpy as np
 from harness.api.trial import Trial
 from protocol.registry import Variant
 from specs.problems import Problem
-from specs.sharding import shards_exchanged
+from specs.sharding import chunks, shards_exchanged
 from specs.tolerance import Allowance, merge_order_allowance
+
+
+def cut_to_equal_shards(problem: Problem, world: int, layout: str, *, queries: bool) -> Problem:
+    """`problem` with its keys (and, with `queries`, its queries) cut to the longest length the layout splits into
+    equal shards on `world` ranks (at least one chunk each: the problem must be that long)."""
+    pieces = chunks(0, world, layout)
+    n_q = problem.n_q - problem.n_q % pieces if queries else problem.n_q
+    n_k = problem.n_k - problem.n_k % pieces
+    if (n_q, n_k) == (problem.n_q, problem.n_k):
+        return problem
+    return problem.derive(f"p = p.replace(q=p.q[:, :, :{n_q}], k=p.k[:, :, :{n_k}], v=p.v[:, :, :{n_k}])")
 
 
 def exchanged_keys(problem: Problem, world: int, layout: str, shift: int) -> Problem:

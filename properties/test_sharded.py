@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
-from properties.sharded_checks import merge_order_comparison
+from properties.sharded_checks import cut_to_equal_shards, merge_order_comparison
 from properties.test_gradients import check_gradients
 from protocol.rank_pool import POOL_SIZE
-from specs.sharding import WORLD_SIZES, chunks, divides_evenly
+from specs.sharding import WORLD_SIZES, chunks
 
 SMALL = dict(max_n=24, max_d=8)
 WORLDS = tuple(world for world in WORLD_SIZES if world <= POOL_SIZE)  # a smaller pool (ATTN_RANKS) runs fewer
@@ -30,10 +30,12 @@ def _sharded_problem(variant, world: int, data):
     implementation needs it, heads made divisible where it splits them."""
     caps = variant.capabilities
     causal = caps.causal and data.draw(st.booleans(), label="causal")
-    problem = data.draw(problems_for(variant, causal=causal, min_n=world, **SMALL), label="problem")
+    shortest = chunks(0, world, caps.sharding) if caps.even_shards else world
+    problem = data.draw(problems_for(variant, causal=causal, min_n=shortest, **SMALL), label="problem")
     if caps.heads_divisible and problem.q.shape[1] % world:  # W copies of the query heads divide among W ranks
         problem = problem.derive(f"p = p.replace(q=np.tile(p.q, (1, {world}, 1, 1)))")
-    assume(not caps.even_shards or all(divides_evenly(n, world, caps.sharding) for n in (problem.n_q, problem.n_k)))
+    if caps.even_shards:
+        problem = cut_to_equal_shards(problem, world, caps.sharding, queries=True)
     return problem
 
 
@@ -66,11 +68,8 @@ def test_a_ring_merges_the_same_blocks_alike_in_any_order(variant, world, data):
     caps = variant.capabilities
     if not caps.ring_merge:
         pytest.skip("the implementation does not declare a ring's log-sum-exp merge (ring_merge=False)")
-    pieces = chunks(0, world, caps.sharding)
-    problem = data.draw(problems_for(variant, min_n=pieces, **SMALL), label="problem")
-    if problem.n_k % pieces:  # equal shards: the keys cut to a multiple of the layout's chunks
-        whole = problem.n_k - problem.n_k % pieces
-        problem = problem.derive(f"p = p.replace(k=p.k[:, :, :{whole}], v=p.v[:, :, :{whole}])")
+    problem = data.draw(problems_for(variant, min_n=chunks(0, world, caps.sharding), **SMALL), label="problem")
+    problem = cut_to_equal_shards(problem, world, caps.sharding, queries=caps.even_shards or not caps.cross)
     shift = data.draw(st.integers(1, world - 1), label="shards shifted by")
     got, expected, allowance = merge_order_comparison(variant, problem, world=world, shift=shift)
     what, versus = f"out (key shards moved {shift} ranks on)", "out with the blocks in the ring's own order"

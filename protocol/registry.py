@@ -95,7 +95,7 @@ class Capabilities:
     block_table: bool = False  # kvcache: a paged cache, pages found through block_table
     num_splits: bool = False  # kvcache: keys cut into num_splits splits merged through their log-sum-exp
     sharding: str = "contiguous"  # sharded: how q, k, v are laid across the ranks (specs.sharding.LAYOUTS)
-    even_shards: bool = False  # sharded: takes only lengths the layout splits into equal shards
+    even_shards: bool = False  # sharded: on more than one rank, takes only lengths the layout splits into equal shards
     heads_divisible: bool = False  # sharded: splits the query heads among the ranks (Ulysses), refusing otherwise
     # sharded: each rank merges the K/V blocks passed around the ranks by their log-sum-exp (ring attention), so
     # keys whose shards are exchanged among the ranks change only the merge's order

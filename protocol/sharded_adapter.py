@@ -9,7 +9,8 @@ run the call again with autograd and return their dQ, dK, dV shards (nothing is 
 
 `world_size` is the adapter's own keyword: a property of the sharded face asks for a group size; otherwise the
 largest of 4, 3, 2 that leaves no rank without positions (with even_shards: that divides both lengths evenly; with
-heads_divisible: that divides the heads) is taken, 1 where none does.
+heads_divisible: that divides the heads) is taken, 1 where none does (one rank holds the whole sequence: there are no
+shards to make equal).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def _even(world: int, shape, layout: str) -> bool:
 
 
 def _world_fits(world: int, shape, caps) -> bool:
+    if world == 1:
+        return True
     if caps.heads_divisible and shape.heads % world:
         return False
     if caps.even_shards:
@@ -42,14 +45,10 @@ def group_size(shape, caps, asked: int | None) -> int:
     """The group a dense call of this shape runs on: `asked`, checked, or the largest that fits (the module's
     docstring)."""
     if asked is None:
-        fitting = [w for w in range(POOL_SIZE, 0, -1) if _world_fits(w, shape, caps)]
-        if not fitting:
-            raise AttentionInputError(f"n_q={shape.n_q}, n_k={shape.n_k}: the {caps.sharding} layout splits neither "
-                                      "into equal shards on any group size (even_shards)")
-        return fitting[0]
+        return next(w for w in range(POOL_SIZE, 0, -1) if _world_fits(w, shape, caps))
     if isinstance(asked, bool) or not isinstance(asked, int) or not 1 <= asked <= POOL_SIZE:
         raise AttentionInputError(f"world_size must be an integer from 1 to {POOL_SIZE}, got {asked!r}")
-    if caps.even_shards and not _even(asked, shape, caps.sharding):
+    if caps.even_shards and asked > 1 and not _even(asked, shape, caps.sharding):
         raise AttentionInputError(f"world_size={asked}: the {caps.sharding} layout does not split n_q={shape.n_q} "
                                   f"and n_k={shape.n_k} into equal shards, which this implementation needs "
                                   "(even_shards)")

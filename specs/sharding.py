@@ -9,7 +9,7 @@ Two layouts, each a function of (n, W) alone, for the queries and for the keys (
   2W - 1 - r, in that order, so that under causal masking every rank has about the same work.
 
 A sharded implementation declares its layout (Capabilities.sharding); one that needs equal shards says so
-(Capabilities.even_shards) and is given only n divisible by W (contiguous) or 2W (zigzag).
+(Capabilities.even_shards) and is given, on W > 1 ranks, only n divisible by W (contiguous) or 2W (zigzag).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ MEANINGS = {
                   "log-sum-exp; every count gives the same attention",
     "sharding": "sharded face: how q, k and v are laid across the ranks: `contiguous` (W consecutive chunks) or "
                 "`zigzag` (rank r holds chunks r and 2W - 1 - r of 2W)",
-    "even_shards": "sharded face: takes only lengths its layout splits into equal shards",
+    "even_shards": "sharded face: on more than one rank, takes only lengths its layout splits into equal shards",
     "heads_divisible": "sharded face: splits the query heads among the ranks (Ulysses), refusing by name heads "
                        "that do not divide",
     "ring_merge": "sharded face: merges the K/V blocks passed around the ranks by their log-sum-exp (ring attention)",

@@ -1,5 +1,6 @@
 """specs.sharding: each layout gives every position to exactly one rank, in the order the layout says, and unshard
-inverts shard for any n and W, divisible or not."""
+inverts shard for any n and W, divisible or not; exchanged shards keep their order; and the sharded adapter runs an
+even_shards call on the largest group that splits it evenly, one rank where none does."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.rank_pool import POOL_SIZE
+from protocol.registry import Capabilities
+from protocol.sharded_adapter import group_size
 from specs.sharding import divides_evenly, shard, shard_positions, shards_exchanged, unshard
-from specs.validation import AttentionInputError
+from specs.validation import AttentionInputError, AttentionShape
 
 
 def test_contiguous_gives_the_first_ranks_the_longer_chunks():
@@ -62,3 +66,17 @@ def test_a_rank_returning_the_wrong_number_of_positions_is_named():
 def test_bad_arguments_are_named(args, message):
     with pytest.raises(AttentionInputError, match=message):
         shard_positions(*args)
+
+
+
+@pytest.mark.parametrize(("n", "layout", "worlds"), [
+    (24, "zigzag", (4, 3, 2)),  # 24 = 8 chunks of 3 = 6 of 4 = 4 of 6
+    (12, "zigzag", (3, 2)),  # 12 = 6 chunks of 2 = 4 of 3 (not 8)
+    (7, "zigzag", (1,)),  # no group of two or more splits 7 evenly: the whole sequence on one rank
+    (7, "contiguous", (1,)),
+    (9, "contiguous", (3,)),
+])
+def test_an_even_shards_call_runs_on_the_largest_group_that_splits_it_evenly(n, layout, worlds):
+    caps = Capabilities(faces=("sharded",), sharding=layout, even_shards=True)
+    expected = next(w for w in worlds if w <= POOL_SIZE)  # ATTN_RANKS may make the pool smaller
+    assert group_size(AttentionShape(1, 4, 4, n, n, 4, 4), caps, None) == expected
