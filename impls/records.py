@@ -63,6 +63,9 @@ BUILTIN_TARGETS = (
     "impls.distributed.distributed_records:ring_zigzag",
     "impls.distributed.distributed_records:ulysses",
     "impls.distributed.distributed_records:ring_allgather",
+    # torch's ring attention on the CPU: tox -e distributed-peers
+    "impls.peers.torch_ring:torch_ring",
+    "impls.peers.torch_ring:torch_ring_head_tail",
     # Triton peers: tox -e triton-peers
     "impls.peers.liger:liger_neighborhood_attention",
     "impls.peers.flash_attn_triton:flash_attn_triton",

@@ -1,15 +1,19 @@
 """Deviations of tiled kernels: what seed 002's shared-memory kernel computes, and where what it reads is undefined
 (impls/cuda/kernels/seed002_optimized_attention_kernel_repaired.cu); a backward that weighs the zero keys padding its
-last key tile (flash-attn's Triton backend)."""
+last key tile (flash-attn's Triton backend); a merge of partial results that rounds at their size, not their share
+(torch's ring attention)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 import numpy as np
 
 from specs.deviations.base import Call, Deviation, DeviationError
+from specs.reference import repeat_kv
+from specs.tolerance import SAFETY, unit_roundoff
 
 
 class UnwrittenSharedMemoryRead(Deviation):
@@ -91,4 +95,38 @@ class PaddedKeysWeightOverflow(Deviation):
         return {"dq": np.broadcast_to(rows[..., None], call.q.shape).copy()} if rows.any() else {}
 
 
-KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow)
+class MergeRoundsAtPartialSize(Deviation):
+    name = "merge-rounds-at-partial-size"
+    summary = ("partial results merged as out - sigmoid(lse_b - lse) (out - out_b) in float32 (torch's ring "
+               "attention): each step rounds at the size of the partial outputs, not of their shares, so a block "
+               "whose share is below float32's unit roundoff adds exactly nothing (a weight of exactly 0 that no mask "
+               "hides), and the output may err by merges (7 + L_i) u_32 max_j |v_j| over the keys row i sees")
+    parameters: ClassVar[dict[str, str]] = {"merges": "the most partial results a row merges (the most ranks)"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.merges = params.get("merges")
+        if isinstance(self.merges, bool) or not isinstance(self.merges, int) or self.merges < 1:
+            raise DeviationError("merge-rounds-at-partial-size: merges is the most partial results a row merges")
+
+    def extra_allowance(self, call):
+        """One step, out - s (out - out_b) with s = sigmoid(x), |out|, |out_b| <= M_i (each a convex combination of
+        the values the row sees): the difference, the product and the subtraction round at u (|out| + |out_b|) each,
+        s itself at 2u relative (|out - out_b| <= 2 M_i): 7 u M_i; x = lse_b - lse carries u (|lse_b| + |lse|) <=
+        2 u L_i, which moves s by s (1 - s) 2 u L_i <= u L_i / 2 and the output by at most u L_i M_i. The LSE's step
+        lse - logsigmoid(lse - lse_b) rounds at u (|lse| + 2 + |x|) <= u (2 L_i + 2). Twice that (SAFETY), `merges`
+        steps."""
+        result = call.oracle
+        visible = np.isfinite(result.scores)
+        u = unit_roundoff(np.float32)
+        v_all = repeat_kv(np.where(np.isfinite(call.v), call.v, 0.0), call.group)
+        largest_value = np.max(np.where(visible, np.abs(v_all).max(axis=-1)[..., None, :], 0.0), axis=-1,
+                               keepdims=True)
+        magnitude = (np.max(np.where(visible, np.abs(np.where(visible, result.scores, 0.0)), 0.0), axis=-1,
+                            keepdims=True) + math.log(max(call.k.shape[2], 1)) + 1.0)
+        out = SAFETY * self.merges * (7 + magnitude) * u * largest_value
+        lse = SAFETY * self.merges * (2 * magnitude + 2) * u
+        return {"out": np.broadcast_to(out, result.out.shape).copy(), "lse": lse[..., 0]}
+
+
+KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow, MergeRoundsAtPartialSize)

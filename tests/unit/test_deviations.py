@@ -136,6 +136,13 @@ CASES = {
                                             _poisoned(BASE.derive("p = p.replace(window_size=(1, 1))"),
                                                       keys=[(0, 1, 5)]), "float64", {}, None),
     "float32-softmax": ("float32_softmax", {"deviation": "float32-softmax"}, BASE, "float64", {}, None),
+    # the first block (keys 0, 1) holds values of 1e4 and a share of e^-12: merged first, its running output cancels
+    # against the second block's, at 1e4's rounding (6e-4), far past float32's merge term
+    "merge-rounds-at-partial-size": ("sigmoid_merge", {"deviation": "merge-rounds-at-partial-size", "merges": 2},
+                                     build(n_q=2, n_k=4, d=2, d_v=2, seed=3).derive(
+                                         "k = p.k.copy(); k[..., :2, :] = 0.0; k[..., 2:, :] = 2.0; v = p.v.copy(); "
+                                         "v[..., :2, :] = 1e4; p = p.replace(q=np.full_like(p.q, 3.0), k=k, v=v, "
+                                         "scale=1.0)"), "float32", {}, None),
     "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
     # a scale bfloat16 cannot hold (303 / 64 needs 9 bits): rounded to the dtype, it would move every score
     "scores-rounded-before-softmax": ("scores_rounded_in_half_precision",

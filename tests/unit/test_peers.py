@@ -487,3 +487,27 @@ def test_the_xformers_splitk_adapter_maps_the_dense_varlen_and_kvcache_faces():
     np.testing.assert_allclose(_numpy(out).swapaxes(1, 2), attention(q[:, :, :3], k, v, causal=True,
                                                                      causal_alignment="bottom_right").out, atol=3e-3)
     np.testing.assert_allclose(_numpy(cache[0][:, 7:9]), k.swapaxes(1, 2)[:, 7:9], atol=0)  # written in place
+
+
+# -- torch's ring attention (tox -e distributed-peers): the private template over the CPU SDPA op, in the rank pool ---
+@pytest.mark.parametrize(("target", "world"), [("torch_ring", 2), ("torch_ring", 3), ("torch_ring_head_tail", 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_torch_ring_adapter_runs_the_ring_on_its_layout_as_the_oracle_reads_it(target, world, causal):
+    """float64 within float32's rounding (the merge is float32's: docs/findings/torch_ring_float64_merged_in_float32.py)
+    on 12 positions, contiguous or head-tail (chunks r and 2W - 1 - r), causal with the load balancer or not; the
+    LSE too; each rank's shard comes back in place."""
+    pytest.importorskip("torch")
+    from protocol.rank_pool import POOL
+
+    impl = load_impl(f"impls.peers.torch_ring:{target}")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(world)
+    q, k, v = _torch([rng.standard_normal((1, 2, 12, 4)) for _ in range(3)], "float64")
+    try:
+        out, lse = impl.fn(q, k, v, causal=causal, scale=0.7, return_lse=True, world_size=world)
+    finally:
+        POOL.close()
+    expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.7)
+    np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
+    np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
