@@ -11,8 +11,8 @@
   are features where the signature names them; causal is aligned bottom-right; forward only.
 - "sharded": fn(q, k, v, *, group, scale, causal, ...) run in each of W processes joined in the torch.distributed
   process group `group` (protocol.rank_pool), q, k and v that rank's shards (batch, heads, n_local, d) in the layout
-  it declares (Capabilities.sharding, specs.sharding: contiguous or zigzag); returns that rank's output shard, and
-  (out, lse) with lse (batch, heads, n_local); torch tensors, autograd within the rank (what crosses ranks is the
+  it declares (Capabilities.sharding, specs.sharding: contiguous, zigzag or stripe); returns that rank's output shard,
+  and (out, lse) with lse (batch, heads, n_local); torch tensors, autograd within the rank (what crosses ranks is the
   implementation's to differentiate). The suite gives W = 1 to 4 (its adapter keyword `world_size`); n need not be
   divisible by W unless the implementation declares even_shards.
 

@@ -1,11 +1,11 @@
 """Every dense property reaches a sharded implementation (issue 39): the dense call split among the ranks of a
 process group, run there, and put back together.
 
-q (batch, heads, n_q, d), k and v are cut along their sequence axes by the implementation's layout
-(specs.sharding: contiguous or zigzag, queries and keys each by their own length) for a group of `world_size` ranks
+q (batch, heads, n_q, d), k and v are cut along their sequence axes by the implementation's layout (specs.sharding:
+contiguous, zigzag or stripe, queries and keys each by their own length) for a group of `world_size` ranks
 (protocol.rank_pool); each rank runs the sharded face on its shards, and the outputs (and LSE) come back in global
-order. The result is a torch autograd function: its backward sends the cotangents' shards to the same ranks, which
-run the call again with autograd and return their dQ, dK, dV shards (nothing is kept in the ranks between calls).
+order. The result is a torch autograd function: its backward sends the cotangents' shards to the same ranks, which run
+the call again with autograd and return their dQ, dK, dV shards (nothing is kept in the ranks between calls).
 
 `world_size` is the adapter's own keyword: a property of the sharded face asks for a group size; otherwise the
 largest of 4, 3, 2 that leaves no rank without positions (with even_shards: that divides both lengths evenly; with

@@ -1,15 +1,17 @@
 """How a sequence is laid across the W ranks of a process group for context parallelism (issue 39; beyond the seeds:
 seed 000 § Flash Attention's "tiled output equals global output", one level up, a tile per process).
 
-Two layouts, each a function of (n, W) alone, for the queries and for the keys (with their own n):
+Three layouts, each a function of (n, W) alone, for the queries and for the keys (with their own n):
 - "contiguous": rank r holds the r-th of W consecutive chunks, the first n % W chunks one position longer
   (np.array_split's rule), so n need not be divisible by W; with n < W the last ranks hold nothing. Ring attention
   and Ulysses take their inputs this way.
 - "zigzag" (head-tail): the sequence is cut into 2W chunks by the same rule and rank r holds chunks r and
   2W - 1 - r, in that order, so that under causal masking every rank has about the same work.
+- "stripe": rank r holds positions r, r + W, r + 2W, ... (ring-flash-attention's stripe attention: W chunks of one
+  position each, dealt round the ranks), the first n % W ranks one position more.
 
 A sharded implementation declares its layout (Capabilities.sharding); one that needs equal shards says so
-(Capabilities.even_shards) and is given, on W > 1 ranks, only n divisible by W (contiguous) or 2W (zigzag).
+(Capabilities.even_shards) and is given, on W > 1 ranks, only n divisible by W (contiguous, stripe) or 2W (zigzag).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from specs.validation import AttentionInputError
 
-LAYOUTS = ("contiguous", "zigzag")
+LAYOUTS = ("contiguous", "zigzag", "stripe")
 WORLD_SIZES = (2, 3, 4)  # the process groups a sharded implementation is checked on
 
 
@@ -34,11 +36,14 @@ def _check(n: int, world: int, layout: str) -> None:
 def chunks(n: int, world: int, layout: str) -> int:
     """How many consecutive chunks the layout cuts a sequence into."""
     _check(n, world, layout)
-    return world if layout == "contiguous" else 2 * world
+    return 2 * world if layout == "zigzag" else world
 
 
 def shard_positions(n: int, world: int, layout: str) -> tuple[np.ndarray, ...]:
     """For each rank, the global positions it holds, in the order it holds them."""
+    if layout == "stripe":
+        _check(n, world, layout)
+        return tuple(np.arange(rank, n, world) for rank in range(world))
     pieces = np.array_split(np.arange(n), chunks(n, world, layout))
     if layout == "contiguous":
         return tuple(pieces)

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = ROOT / "docs" / "findings"
 PEER_TARGETS = tuple(t for t in BUILTIN_TARGETS if t.startswith("impls.peers."))
 # what a finding's script may import: the standard library, NumPy and the peers themselves
-PEER_PACKAGES = {"numpy", "torch", "jax", "flax", "keras", "transformers", "flash_attn", "xformers", "liger_kernel"}
+PEER_PACKAGES = {"numpy", "torch", "jax", "flax", "keras", "transformers", "flash_attn", "xformers", "liger_kernel",
+                 "ring_flash_attn"}
 
 
 def test_a_run_without_backend_leaves_the_peers_out():
@@ -42,7 +43,8 @@ def test_backend_peers_selects_the_peers_and_says_which_are_not_installed():
     assert len(PEER_TARGETS) >= 6
     assert sorted([impl.target for impl in ready] + [item.target for item in missing]) == sorted(PEER_TARGETS)
     assert {impl.backend for impl in ready} <= {"peers"}
-    assert all(re.search(r"is not installed \(tox -e (triton-)?peers installs it\)", item.reason) for item in missing)
+    assert all(re.search(r"is not installed \(tox -e (triton-|distributed-)?peers installs it\)", item.reason)
+               for item in missing)
 
 
 def test_every_peer_record_loads_without_its_peer_so_the_table_is_checked_everywhere():
@@ -509,5 +511,28 @@ def test_the_torch_ring_adapter_runs_the_ring_on_its_layout_as_the_oracle_reads_
     finally:
         POOL.close()
     expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.7)
+    np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
+    np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
+
+
+@pytest.mark.parametrize("target", ["ring_flash_attn_ring", "ring_flash_attn_zigzag", "ring_flash_attn_stripe"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_ring_flash_attn_adapter_runs_each_layout_as_the_oracle_reads_it(target, causal):
+    """float32 under the interpreter on two ranks, 8 positions (equal shards in every layout): out and LSE within
+    float32's rounding; zigzag and stripe without causal run the library's ring, as it says to."""
+    pytest.importorskip("torch")
+    from protocol.rank_pool import POOL
+
+    impl = load_impl(f"impls.peers.ring_flash_attn:{target}")
+    if impl.unavailable:  # its probe, which imports nothing (flash_attn imports only with its backend chosen)
+        pytest.skip(impl.unavailable)
+
+    rng = np.random.default_rng(3)
+    q, k, v = _torch([rng.standard_normal((1, 2, 8, 16)) for _ in range(3)], "float32")
+    try:
+        out, lse = impl.fn(q, k, v, causal=causal, scale=0.3, return_lse=True, world_size=2)
+    finally:
+        POOL.close()
+    expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.3)
     np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
     np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)

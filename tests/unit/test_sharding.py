@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from protocol.rank_pool import POOL_SIZE
 from protocol.registry import Capabilities
 from protocol.sharded_adapter import group_size
-from specs.sharding import divides_evenly, shard, shard_positions, shards_exchanged, unshard
+from specs.sharding import LAYOUTS, chunks, divides_evenly, shard, shard_positions, shards_exchanged, unshard
 from specs.validation import AttentionInputError, AttentionShape
 
 
@@ -25,11 +25,15 @@ def test_zigzag_gives_rank_r_chunks_r_and_2w_minus_1_minus_r():
     assert [p.tolist() for p in shard_positions(6, 3, "zigzag")] == [[0, 5], [1, 4], [2, 3]]
 
 
+def test_stripe_deals_the_positions_round_the_ranks():
+    assert [p.tolist() for p in shard_positions(7, 3, "stripe")] == [[0, 3, 6], [1, 4], [2, 5]]
+
+
 def test_fewer_positions_than_ranks_leave_the_last_ranks_empty():
     assert [len(p) for p in shard_positions(2, 4, "contiguous")] == [1, 1, 0, 0]
 
 
-@given(n=st.integers(0, 40), world=st.integers(1, 5), layout=st.sampled_from(["contiguous", "zigzag"]))
+@given(n=st.integers(0, 40), world=st.integers(1, 5), layout=st.sampled_from(LAYOUTS))
 def test_every_position_is_held_once_and_unshard_inverts_shard(n, world, layout):
     held = np.concatenate(shard_positions(n, world, layout))
     assert sorted(held.tolist()) == list(range(n))
@@ -39,10 +43,10 @@ def test_every_position_is_held_once_and_unshard_inverts_shard(n, world, layout)
         assert len({len(p) for p in shard_positions(n, world, layout)}) == 1
 
 
-@given(chunk=st.integers(1, 5), world=st.integers(1, 5), layout=st.sampled_from(["contiguous", "zigzag"]),
+@given(chunk=st.integers(1, 5), world=st.integers(1, 5), layout=st.sampled_from(LAYOUTS),
        shift=st.integers(-6, 6))
 def test_exchanged_shards_hand_each_rank_its_neighbours_shard_in_its_order(chunk, world, layout, shift):
-    n = chunk * (world if layout == "contiguous" else 2 * world)
+    n = chunk * chunks(0, world, layout)
     x = np.random.default_rng(n).standard_normal((1, 2, n, 3))
     moved = shard(x[:, :, shards_exchanged(n, world, layout, shift)], world, layout)
     for rank, held in enumerate(shard(x, world, layout)):
@@ -60,7 +64,7 @@ def test_a_rank_returning_the_wrong_number_of_positions_is_named():
         unshard(pieces, 5, "contiguous")
 
 
-@pytest.mark.parametrize(("args", "message"), [((4, 2, "stripe"), "layout must be one of"),
+@pytest.mark.parametrize(("args", "message"), [((4, 2, "diagonal"), "layout must be one of"),
                                                ((4, 0, "zigzag"), "world size must be a positive integer"),
                                                ((-1, 2, "contiguous"), "sequence length must be a non-negative")])
 def test_bad_arguments_are_named(args, message):
