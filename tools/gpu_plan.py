@@ -130,3 +130,29 @@ def _bfloat16_twin(kernel: KernelSource, launch: Launch) -> Launch:
         raise Unsupported(f"no ml_dtypes here, and {kernel.name}:{launch.entry} has no {BF16} twin among "
                           f"{', '.join(kernel.entries)}")
     return dataclasses.replace(launch, entry=twin)
+
+
+SMALL = Shape(batch=1, heads=2, n=70, d=64)  # n past a tile edge: the bounds checks run
+SANITIZED_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def small_plan(records: list[Impl]) -> tuple[list[Planned], list[dict]]:
+    """Every record's launches on SMALL inputs of each dtype it declares (what the sanitizer steps launch: each kernel
+    once a dtype), and why some were not planned."""
+    planned, skipped, seen = [], [], {}
+    for impl in records:
+        for dtype in SANITIZED_DTYPES:
+            if dtype not in impl.capabilities.dtypes:
+                continue
+            try:
+                launches = plan(impl, dtype, SMALL, np.random.default_rng(0))
+            except Unsupported as exc:
+                skipped.append({"record": impl.name, "dtype": dtype, "reason": str(exc)})
+                continue
+            key = tuple(p.signature() for p in launches)
+            if key in seen:  # e.g. two causal alignments of one kernel, the same without a mask
+                skipped.append({"record": impl.name, "dtype": dtype, "reason": f"the same launches as {seen[key]}"})
+                continue
+            seen[key] = f"{impl.name}[{dtype}]"
+            planned += launches
+    return planned, skipped

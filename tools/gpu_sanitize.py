@@ -13,41 +13,16 @@ import re
 import sys
 import time
 
-import numpy as np
-
 from protocol.registry import Impl
 from tools.bounded import run_bounded
 from tools.gpu_env import ROOT, find_sanitizer
-from tools.gpu_plan import Planned, Shape, Unsupported, plan
+from tools.gpu_plan import SMALL, Planned, small_plan
 from tools.sanitize_driver import DONE, FAILED, LAUNCH
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
-SMALL = Shape(batch=1, heads=2, n=70, d=64)  # n past a tile edge: the bounds checks run
-DTYPES = ("float16", "bfloat16", "float32")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?")
 _REPORT = re.compile(r"^=========\s+(?!ERROR SUMMARY|COMPUTE-SANITIZER|RACECHECK SUMMARY|Target application)\S")
 MIN_RUN_S = 3.0  # no point starting a sanitized process with less time than this
-
-
-def small_plan(records: list[Impl]) -> tuple[list[Planned], list[dict]]:
-    """Every record's launches on SMALL inputs of each dtype it declares, and why some were not planned."""
-    planned, skipped, seen = [], [], {}
-    for impl in records:
-        for dtype in DTYPES:
-            if dtype not in impl.capabilities.dtypes:
-                continue
-            try:
-                launches = plan(impl, dtype, SMALL, np.random.default_rng(0))
-            except Unsupported as exc:
-                skipped.append({"record": impl.name, "dtype": dtype, "reason": str(exc)})
-                continue
-            key = tuple(p.signature() for p in launches)
-            if key in seen:  # e.g. two causal alignments of one kernel, the same without a mask
-                skipped.append({"record": impl.name, "dtype": dtype, "reason": f"the same launches as {seen[key]}"})
-                continue
-            seen[key] = f"{impl.name}[{dtype}]"
-            planned += launches
-    return planned, skipped
 
 
 def not_launched(planned: list[Planned]) -> list[str]:

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from impls.cuda.runtime.on_device import launch_on_device
     from protocol.registry import load_impl
-    from tools.gpu_sanitize import small_plan
+    from tools.gpu_plan import small_plan
 
     cupy.cuda.set_allocator(None)  # each array its own cudaMalloc: no pool slab around it to hide an overrun
     planned, _ = small_plan([load_impl(target) for target in args.record])

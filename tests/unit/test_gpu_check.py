@@ -19,9 +19,9 @@ from tools import gpu_check
 from tools.bounded import run_bounded
 from tools.gpu_bench import bench_step, configs, flops, shape_for
 from tools.gpu_check import exit_code, result_path
-from tools.gpu_plan import BF16, Shape, Unsupported, device_records, plan
+from tools.gpu_plan import BF16, SMALL, Shape, Unsupported, device_records, plan, small_plan
 from tools.gpu_properties import per_record
-from tools.gpu_sanitize import SMALL, TOOLS, parse, run_tool, sanitizer_step, small_plan
+from tools.gpu_sanitize import TOOLS, parse, run_tool, sanitizer_step
 from tools.gpu_table import table
 
 ROOT = gpu_check.ROOT
