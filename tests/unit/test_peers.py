@@ -499,17 +499,12 @@ def test_the_torch_ring_adapter_runs_the_ring_on_its_layout_as_the_oracle_reads_
     on 12 positions, contiguous or head-tail (chunks r and 2W - 1 - r), causal with the load balancer or not; the
     LSE too; each rank's shard comes back in place."""
     pytest.importorskip("torch")
-    from protocol.rank_pool import POOL
-
     impl = load_impl(f"impls.peers.torch_ring:{target}")
     if impl.unavailable:
         pytest.skip(impl.unavailable)
     rng = np.random.default_rng(world)
     q, k, v = _torch([rng.standard_normal((1, 2, 12, 4)) for _ in range(3)], "float64")
-    try:
-        out, lse = impl.fn(q, k, v, causal=causal, scale=0.7, return_lse=True, world_size=world)
-    finally:
-        POOL.close()
+    out, lse = impl.fn(q, k, v, causal=causal, scale=0.7, return_lse=True, world_size=world)  # the session's pool
     expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.7)
     np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
     np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
@@ -521,18 +516,12 @@ def test_the_ring_flash_attn_adapter_runs_each_layout_as_the_oracle_reads_it(tar
     """float32 under the interpreter on two ranks, 8 positions (equal shards in every layout): out and LSE within
     float32's rounding; zigzag and stripe without causal run the library's ring, as it says to."""
     pytest.importorskip("torch")
-    from protocol.rank_pool import POOL
-
     impl = load_impl(f"impls.peers.ring_flash_attn:{target}")
     if impl.unavailable:  # its probe, which imports nothing (flash_attn imports only with its backend chosen)
         pytest.skip(impl.unavailable)
-
     rng = np.random.default_rng(3)
     q, k, v = _torch([rng.standard_normal((1, 2, 8, 16)) for _ in range(3)], "float32")
-    try:
-        out, lse = impl.fn(q, k, v, causal=causal, scale=0.3, return_lse=True, world_size=2)
-    finally:
-        POOL.close()
+    out, lse = impl.fn(q, k, v, causal=causal, scale=0.3, return_lse=True, world_size=2)  # the session's pool
     expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.3)
     np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
     np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
