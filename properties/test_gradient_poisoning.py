@@ -4,7 +4,7 @@ A key that no query row of its head may see (padding, a column the mask hides fr
 every row's causal horizon) takes no part in the attention, so it takes no part in its gradients either:
 holding NaN or Inf, it must leave every dQ, dK, dV as it is without the poison, and its own dK and dV are
 exactly 0. A backward that multiplies it by a zero weight (0 * NaN in dS K for dQ, in P^T dO or dS^T Q for
-dK and dV) instead of leaving it out leaks it, as the forward's P V does (DESIGN.md CONTRACT 1; FlashAttention
+dK and dV) instead of leaving it out leaks it, as the forward's P V does (docs/design.md, CONTRACT 1; FlashAttention
 poisons padding with NaN in its tests for this reason).
 """
 

@@ -1,4 +1,4 @@
-"""Every keyword over its whole domain (DESIGN.md, CONTRACT 1): the edges of specs.keyword_edges against the
+"""Every keyword over its whole domain (docs/design.md, CONTRACT 1): the edges of specs.keyword_edges against the
 float64 oracle through the tolerance model, one property per keyword family.
 
 A declared keyword is a promise over its whole domain: `scale` at 0, negative, subnormal, huge and as an int,

@@ -151,7 +151,7 @@ def _empty_rows_script(call_line: str, alignment: str, got: str, exact: str, wha
 
 
 def _expect_empty_rows_zero(trial: Trial, how: str) -> None:
-    """fully-masked-rows-zero (DESIGN.md, oracle): every query row that the oracle lets see no key has output
+    """fully-masked-rows-zero (docs/design.md, The oracle): every query row that the oracle lets see no key has output
     exactly 0 and, where the implementation returns its LSE (capability lse), LSE -inf; in the plain call and
     in the return_lse=True call. `how` says how the rows were emptied."""
     problem = trial.problem

@@ -1,4 +1,4 @@
-"""NaN and Inf in the inputs (DESIGN.md CONTRACT 1: NaN where the reference is finite is a failure).
+"""NaN and Inf in the inputs (docs/design.md, CONTRACT 1: NaN where the reference is finite is a failure).
 
 A key a query may not see (causal future, masked, padding; beyond the seeds, outside a window or under a -inf
 bias) must not reach its output even when it holds

@@ -1,5 +1,5 @@
 """Where real kernels switch code paths: long sequences, wide heads, many heads, strided inputs, repeated
-calls, an implementation's own block sizes (DESIGN.md § Numerical judgement; seed 000 § Flash Attention).
+calls, an implementation's own block sizes (docs/design.md § Numerical judgement; seed 000 § Flash Attention).
 
 Each case is a fixed problem (specs.regimes), compared with the oracle under the same tolerance model as the
 Hypothesis draws. Regimes marked long (n >= 1025 or d = 256) run with `--impl` and in `tox -e long`.

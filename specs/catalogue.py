@@ -23,7 +23,7 @@ SEED_FILES = (
     "002_5750249af0d98bb4.txt",
     "003_fea9ff623fe5f642.txt",
 )
-CONVENTION = "convention"  # source of the protocol's own rules (DESIGN.md), not of a seed
+CONVENTION = "convention"  # source of the protocol's own rules (docs/design.md), not of a seed
 # source of what the kernels people run document beyond the seeds (FlashAttention, SDPA, FlexAttention, gpt-oss);
 # the section names the kernel and keyword, the original paraphrases its documented rule
 BEYOND_THE_SEEDS = "beyond the seeds"

@@ -1,4 +1,4 @@
-"""The edges of each keyword of the protocol (DESIGN.md, CONTRACT 1), as Hypothesis strategies.
+"""The edges of each keyword of the protocol (docs/design.md, CONTRACT 1), as Hypothesis strategies.
 
 specs.strategies draws keywords from their typical values; a declared keyword is a promise over its whole
 domain, and implementations break at its edges. Each edge is an `Edge`: the keyword, what the edge is, the

@@ -1,6 +1,6 @@
 """Memory layouts of the same (batch, heads, seq, dim) values, as callers really pass them.
 
-DESIGN.md § Numerical judgement: the regimes real kernels switch on include
+docs/design.md § Numerical judgement: the regimes real kernels switch on include
 strided inputs. Every layout here holds exactly the values of its contiguous
 argument (only the strides differ), so an implementation must return the same
 attention for each; one that reads memory as if it were contiguous does not.

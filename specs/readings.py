@@ -15,7 +15,7 @@ SEED_TITLES = {
     "001_16e7e18349ffb2ee.txt": "Seed 001: SelfAttention在Ascend上的实现 (self-attention on Ascend)",
     "002_5750249af0d98bb4.txt": "Seed 002: 第三章 注意力机制进阶原理 (advanced principles)",
     "003_fea9ff623fe5f642.txt": "Seed 003: Attention is all you need (3)",
-    "convention": "The protocol's own rules (DESIGN.md)",
+    "convention": "The protocol's own rules (docs/design.md)",
     "beyond the seeds": "Beyond the seeds: the score modifications kernels ship (FlashAttention, SDPA, FlexAttention, "
                         "gpt-oss)",
 }

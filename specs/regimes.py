@@ -1,6 +1,6 @@
 """The regimes real kernels switch code paths on, as deterministic problems.
 
-DESIGN.md § Numerical judgement: long sequences (thousands of keys), head dims
+docs/design.md § Numerical judgement: long sequences (thousands of keys), head dims
 to 256, strided inputs, batch and heads > 1 together. Hypothesis draws stay
 small (specs.strategies); these fixed cases sit next to them so that a path
 taken only past 512 keys or at head dim 128 is exercised on every run. A regime

@@ -1,4 +1,4 @@
-"""Argument checking for the attention protocol (DESIGN.md, CONTRACT 1).
+"""Argument checking for the attention protocol (docs/design.md, CONTRACT 1).
 
 Every public entry point that takes q, k, v runs `check_attention_args` first, so
 bad input fails with a message that names the argument and the rule it breaks

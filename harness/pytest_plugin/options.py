@@ -3,7 +3,7 @@
 Registered by the `pytest11` entry point `harness.pytest_plugin.options` of an installed suite, or by the clone's
 conftest.py; the entry point is named after this module, so pytest registers it once either way.
 
-Options (CONTRACT 1 and 2, DESIGN.md):
+Options (CONTRACT 1 and 2, docs/design.md):
   --impl TARGET      module.path:function or path/to/file.py:function (repeatable;
                      env ATTN_IMPLS, comma-separated); only these are checked
   --backend NAME     with no --impl: only built-ins of this backend (numpy, torch,

@@ -24,7 +24,7 @@ from specs.tolerance.model import (
     unit_roundoff,
 )
 
-K_GRADIENT = 4.0  # FlashAttention's rule for gradients: k = 3-5 times the naive error (DESIGN.md)
+K_GRADIENT = 4.0  # FlashAttention's rule for gradients: k = 3-5 times the naive error (docs/design.md)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What a `ci` run of the problem strategy actually reaches (DESIGN.md, Hypothesis profiles).
+"""What a `ci` run of the problem strategy actually reaches (docs/design.md, Hypothesis profiles).
 
 Under `ci` each property (and each parametrized implementation) is one derandomized run of 15
 examples, seeded from its own digest. RUNS seeded runs with exactly those settings stand for RUNS
