@@ -63,12 +63,13 @@ BUILTIN_TARGETS = (
     "impls.distributed.distributed_records:ring_zigzag",
     "impls.distributed.distributed_records:ulysses",
     "impls.distributed.distributed_records:ring_allgather",
-    # torch's ring attention on the CPU and ring-flash-attention: tox -e distributed-peers
+    # torch's ring attention on the CPU, ring-flash-attention and yunchang: tox -e distributed-peers
     "impls.peers.torch_ring:torch_ring",
     "impls.peers.torch_ring:torch_ring_head_tail",
     "impls.peers.ring_flash_attn:ring_flash_attn_ring",
     "impls.peers.ring_flash_attn:ring_flash_attn_zigzag",
     "impls.peers.ring_flash_attn:ring_flash_attn_stripe",
+    "impls.peers.yunchang_ulysses:yunchang_ulysses",
     # Triton peers: tox -e triton-peers
     "impls.peers.liger:liger_neighborhood_attention",
     "impls.peers.flash_attn_triton:flash_attn_triton",

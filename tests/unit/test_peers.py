@@ -28,7 +28,7 @@ FINDINGS = ROOT / "docs" / "findings"
 PEER_TARGETS = tuple(t for t in BUILTIN_TARGETS if t.startswith("impls.peers."))
 # what a finding's script may import: the standard library, NumPy and the peers themselves
 PEER_PACKAGES = {"numpy", "torch", "jax", "flax", "keras", "transformers", "flash_attn", "xformers", "liger_kernel",
-                 "ring_flash_attn"}
+                 "ring_flash_attn", "yunchang"}
 
 
 def test_a_run_without_backend_leaves_the_peers_out():
@@ -525,3 +525,17 @@ def test_the_ring_flash_attn_adapter_runs_each_layout_as_the_oracle_reads_it(tar
     expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.3)
     np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
     np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_yunchang_ulysses_adapter_swaps_heads_and_sequence_as_the_oracle_reads_it(causal):
+    """float32 under the interpreter on two ranks: 4 heads, 8 positions, out within float32's rounding."""
+    pytest.importorskip("torch")
+    impl = load_impl("impls.peers.yunchang_ulysses:yunchang_ulysses")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(4)
+    q, k, v = _torch([rng.standard_normal((1, 4, 8, 16)) for _ in range(3)], "float32")
+    out = impl.fn(q, k, v, causal=causal, scale=0.3, world_size=2)  # the session's pool
+    np.testing.assert_allclose(_numpy(out), attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.3).out,
+                               atol=2e-6)
