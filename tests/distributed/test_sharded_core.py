@@ -10,7 +10,7 @@ from tests.fixtures.runs import run_suite
 
 VARIANT = "ring[float32]"
 CORE = ("sdpa-formula", "sharded-equals-global", "differentiable-end-to-end", "causal-alignment",
-        "sliding-window-attends-its-band", "softcap-caps-scaled-scores", "gqa-shares-kv-heads")
+        "sliding-window-attends-its-band", "softcap-caps-scaled-scores", "gqa-shares-kv-heads", "ring-merge-order-free")
 
 
 @pytest.fixture(scope="module")
