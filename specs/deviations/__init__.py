@@ -18,7 +18,7 @@ from specs.deviations.base import OUTPUTS, Call, Deviation, DeviationError, Patt
 from specs.deviations.deviant_model import DeviantModel
 from specs.deviations.errors import ERROR_DEVIATIONS
 from specs.deviations.ignored import IGNORED_DEVIATIONS
-from specs.deviations.kernels import KERNEL_DEVIATIONS
+from specs.deviations.kernels import KERNEL_DEVIATIONS, MERGE_DEVIATIONS
 from specs.deviations.lse import LSE_DEVIATIONS
 from specs.deviations.poison import POISON_DEVIATIONS
 from specs.deviations.precision import PRECISION_DEVIATIONS
@@ -28,7 +28,7 @@ from specs.fill import finite_garbage
 # narrowest first: accept mode (harness.pytest_plugin.accept) tries them in this order
 CATALOGUE: dict[str, type[Deviation]] = {cls.name: cls for cls in (
     *ROW_DEVIATIONS, *IGNORED_DEVIATIONS, *POISON_DEVIATIONS, *LSE_DEVIATIONS, *ERROR_DEVIATIONS, *KERNEL_DEVIATIONS,
-    *PRECISION_DEVIATIONS)}
+    *PRECISION_DEVIATIONS, *MERGE_DEVIATIONS)}
 
 
 class OwnDeviation(Deviation):
