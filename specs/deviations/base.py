@@ -109,6 +109,15 @@ class Deviation:
                                  f"{sorted(self.parameters) or 'none'}")
         self.params = dict(params)
 
+    def positive_int(self, parameter: str) -> int:
+        """The declared `parameter`, which must be a positive int (not a bool), or a DeviationError naming it and
+        what it means."""
+        value = self.params.get(parameter)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DeviationError(f"{self.name}: {parameter} is a positive int ({self.parameters[parameter]}), got "
+                                 f"{value!r}")
+        return value
+
     def describe(self) -> str:
         """Its name and parameters, as a declaration writes them."""
         if not self.params:

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from specs.deviations.base import Call, Deviation, DeviationError
+from specs.deviations.base import Call, Deviation
 from specs.reference import repeat_kv
 from specs.tolerance import SAFETY, unit_roundoff
 
@@ -28,9 +28,7 @@ class UnwrittenSharedMemoryRead(Deviation):
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
-        self.block_threads = params.get("block_threads")
-        if not isinstance(self.block_threads, int) or self.block_threads < 1:
-            raise DeviationError("unwritten-shared-memory-read: block_threads is the launch's threads per block")
+        self.block_threads = self.positive_int("block_threads")
 
     def _threads(self, tiles) -> int:
         return int(tiles.get(self.params.get("block_keyword"), self.block_threads))
@@ -79,9 +77,7 @@ class PaddedKeysWeightOverflow(Deviation):
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
-        self.block_n = params.get("block_n")
-        if not isinstance(self.block_n, int) or self.block_n < 1:
-            raise DeviationError("padded-keys-weight-overflow: block_n is the dQ kernel's keys per tile")
+        self.block_n = self.positive_int("block_n")
 
     def non_finite_gradients(self, call):
         if call.keywords.get("causal") or call.d_out is None or call.k.shape[2] % self.block_n == 0:
@@ -105,9 +101,7 @@ class MergeRoundsAtPartialSize(Deviation):
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
-        self.merges = params.get("merges")
-        if isinstance(self.merges, bool) or not isinstance(self.merges, int) or self.merges < 1:
-            raise DeviationError("merge-rounds-at-partial-size: merges is the most partial results a row merges")
+        self.merges = self.positive_int("merges")
 
     def extra_allowance(self, call):
         """One step, out - s (out - out_b) with s = sigmoid(x), |out|, |out_b| <= M_i (each a convex combination of

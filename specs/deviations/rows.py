@@ -206,9 +206,7 @@ class BlocksNormalisedAlone(Deviation):
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
-        self.block = params.get("block")
-        if not isinstance(self.block, int) or self.block < 1:
-            raise DeviationError(f"key-blocks-normalised-alone: block is a positive number of keys, got {self.block!r}")
+        self.block = self.positive_int("block")
         self.block_keyword = params.get("block_keyword")
         self.longer = tuple(tuple(pair) for pair in params.get("longer", ()))
 

@@ -21,7 +21,7 @@ from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, ExplainedStop, deviation_mode
 from protocol.known_defects import Row
 from protocol.registry import Variant, load_impl
-from specs.deviations import CATALOGUE, Call, deviation_from_fields
+from specs.deviations import CATALOGUE, Call, DeviationError, deviation_from_fields
 from specs.gradients import attention_backward
 from specs.problems import Problem, build
 from specs.reference import attention
@@ -461,3 +461,13 @@ def test_a_deviation_predicts_for_the_call_as_the_others_read_it():
     with deviation_mode(run):
         judge_gradients(trial, problem, d_out, {}, (), grads)
     assert run.fired == {"ignores-keyword (keyword='window_size')"}
+
+
+@pytest.mark.parametrize(("name", "parameter"), [("padded-keys-weight-overflow", "block_n"),
+                                                 ("merge-rounds-at-partial-size", "merges"),
+                                                 ("key-blocks-normalised-alone", "block"),
+                                                 ("unwritten-shared-memory-read", "block_threads")])
+@pytest.mark.parametrize("value", [0, True, 2.0, None])
+def test_a_count_parameter_that_is_not_a_positive_int_is_refused_by_name(name, parameter, value):
+    with pytest.raises(DeviationError, match=f"{name}: {parameter} is a positive int"):
+        CATALOGUE[name](**{parameter: value})
