@@ -11,6 +11,12 @@ before they are decorated, protocol.triton_interpreter); with one they run nativ
 copied to the GPU and the results back. Each input and output sits inside a buffer with NaN margins
 (impls/triton/guarded_buffers.py): the interpreter checks no bounds, so an unmasked load shows as a NaN and an
 unmasked store as a written margin.
+
+bfloat16 never enters an interpreted kernel: the interpreter keeps it as raw 16-bit patterns and converts it by
+its own bit arithmetic, which truncates float32 to bfloat16 instead of rounding it and turns a subnormal into
+another number either way (4.08e-41 stored as 9.09e-39; tests/triton/test_triton_record.py shows both).
+There the inputs cross as float32 (the kernels widen every load to float32 anyway) and the output is rounded to
+bfloat16 by torch, to nearest as a GPU's conversion does; on a GPU the kernels load and store bfloat16 themselves.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ class _Launch:
         self.row_keys = self.input(keys)
 
     def input(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return guarded_copy(x, self.margin, dtype, self.device)
+        return guarded_copy(x, self.margin, crossing_dtype(dtype or x.dtype), self.device)
 
     def output(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return guarded_empty(shape, dtype, self.margin, self.device)
@@ -66,20 +72,26 @@ class _Launch:
             check_margins(name, tensor, self.margin)
 
 
+def crossing_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a tensor of `dtype` has inside the kernels: float32 for bfloat16 under the interpreter (the module
+    docstring says why), `dtype` otherwise."""
+    return torch.float32 if dtype == torch.bfloat16 and interpreting() else dtype
+
+
 def _power_of_two(size: int) -> int:
     return triton.next_power_of_2(max(MIN_BLOCK, size))
 
 
 def _forward(launch: _Launch, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
     plan = launch.plan
-    out = launch.output((plan.batch, plan.heads, plan.n_q, plan.d_v), q.dtype)
+    out = launch.output((plan.batch, plan.heads, plan.n_q, plan.d_v), crossing_dtype(q.dtype))
     lse = launch.output((plan.batch, plan.heads, plan.n_q), torch.float32)
     if plan.n_q and plan.batch * plan.heads:
         launch.kernels.flash_forward[launch.grid(plan.n_q, plan.block_rows)](
             launch.input(q), launch.input(k), launch.input(v), out, lse, launch.row_keys, *launch.scalars,
             **launch.blocks)
     launch.checked(out=out, lse=lse)
-    return out, lse
+    return out.to(q.dtype), lse
 
 
 def _backward(launch: _Launch, q, k, v, out, lse, d_out, d_lse) -> tuple[torch.Tensor, ...]:

@@ -11,6 +11,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from impls.triton.guarded_buffers import StorePastOutput, check_margins, guarded_copy, guarded_empty  # noqa: E402
 from impls.triton.triton_flash import triton_attention  # noqa: E402
@@ -99,3 +100,43 @@ def test_float64_is_refused_by_name():
 def test_a_change_whose_text_is_gone_fails_loudly():
     with pytest.raises(RuntimeError, match=r"occurs 0 times in flash_kernels\.py"):
         changed_kernels("gone", (("no such text in the kernels", ""),))
+
+
+@triton.jit
+def _store_as_bfloat16(source, target, size: tl.constexpr):
+    offsets = tl.arange(0, size)
+    tl.store(target + offsets, tl.load(source + offsets).to(tl.bfloat16))
+
+
+# 1 + 2^-7 + 2^-8 + 2^-9 lies nearer 1 + 2^-6 than 1 + 2^-7, bfloat16's neighbours; 4.08e-41, a float32 subnormal,
+# lies nearer 0 than 9.18e-41, bfloat16's smallest subnormal
+CONVERTED = torch.tensor([1 + 2**-7 + 2**-8 + 2**-9, 4.08e-41])
+
+
+@pytest.mark.skipif(not interpreting(), reason="natively a GPU converts to bfloat16 by rounding to nearest")
+def test_the_interpreter_truncates_to_bfloat16_and_misconverts_subnormals():
+    """Why bfloat16 never enters an interpreted kernel (impls/triton/triton_flash.py): the interpreter's own
+    conversion truncates and turns a subnormal into another number. Fails once the pinned Triton converts
+    correctly: then the record may pass bfloat16 to its kernels again."""
+    stored = torch.empty(2, dtype=torch.bfloat16)
+    _store_as_bfloat16[(1,)](CONVERTED, stored, size=2)
+    rounded = CONVERTED.to(torch.bfloat16)
+    assert rounded.tolist() == [1 + 2**-6, 0.0]
+    assert stored[0].item() == 1 + 2**-7 and stored[1].item() > 1e-39
+
+
+@pytest.mark.parametrize("gaps", [(3.0, 5.0, 8.0), (88.0, 90.0, 95.0)])
+def test_a_bfloat16_output_is_the_float32_result_rounded_to_nearest(gaps):
+    """The kernels widen bfloat16 on load and work in float32, so the bfloat16 output is the float32 call's on the
+    same values, rounded to nearest: ordinary weights, and weights e^-88 to e^-95 read back through one-hot values
+    (float32 subnormals, of which bfloat16 keeps some and rounds e^-95 to 0)."""
+    q, k, v = (x.to(torch.bfloat16) for x in _inputs(n_q=21, n_k=19, d=16, d_v=16))
+    out = triton_attention(q, k, v, block_rows=16, block_cols=16)
+    assert torch.equal(out, triton_attention(q.float(), k.float(), v.float(), block_rows=16, block_cols=16)
+                       .to(torch.bfloat16))
+    scores = torch.tensor([0.0, *(-g for g in gaps)])  # one query, keys one-hot in d: q . k_j is scores[j]
+    q = (2.0 * scores).reshape(1, 1, 1, 4).to(torch.bfloat16)  # the scale 1 / sqrt(4) brings 2 s back to s
+    k = torch.eye(4).reshape(1, 1, 4, 4).to(torch.bfloat16)
+    out = triton_attention(q, k, k, block_rows=16, block_cols=16)
+    exact = torch.softmax(scores.double(), dim=0).float().to(torch.bfloat16)
+    assert torch.equal(out[0, 0, 0], exact), (out[0, 0, 0].tolist(), exact.tolist())
