@@ -24,6 +24,7 @@ from specs.tolerance.algebra import (
 )
 from specs.tolerance.gradient_bounds import (
     K_GRADIENT,
+    STORED_OUTPUT_UNDERFLOW,
     GradientOracle,
     directional_derivative_allowance,
     gradient_allowance,
@@ -64,7 +65,8 @@ from specs.tolerance.reading_bounds import (
 )
 
 __all__ = [
-    "K_FORWARD", "K_GRADIENT", "LAMBDA", "SAFETY", "SIMPLEX_OPTIMIZER_VALUE_TOLERANCE", "SUPPORTED_DTYPES",
+    "K_FORWARD", "K_GRADIENT", "LAMBDA", "SAFETY", "SIMPLEX_OPTIMIZER_VALUE_TOLERANCE", "STORED_OUTPUT_UNDERFLOW",
+    "SUPPORTED_DTYPES",
     "Allowance", "GradientOracle", "Model", "Term", "ToleranceUndefined", "affine_image_allowance",
     "cosine_exponent_allowance", "difference_allowance", "directional_derivative_allowance", "dot_product_allowance",
     "dropout_survivor_allowance", "elementwise_product_allowance", "entropy_allowance",

@@ -114,7 +114,8 @@ def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, model: Model = 
     LAMBDA sqrt(n) u_a and relative error LAMBDA u_a (sqrt(d) A_i + 2 L_i + 2) and D_i computed from the output
     as stored in `dtype` (FlashAttention's backward reads O back: u sum |dO||O| each), plus storage rounding in
     `dtype`: u |grad| twice (the result and one rounded operand such as P or dS) and u times the gradient's
-    magnitude |dS||K|, |dS|^T|Q|, W^T|dO| (FlashAttention rounds P and dS to `dtype` before the products).
+    magnitude |dS||K|, |dS|^T|Q|, W^T|dO| (FlashAttention rounds P and dS to `dtype` before the products), and
+    the stored output's subnormal rounding carried through D (_stored_output_underflow).
     `model`: the forward whose backward is bounded, the oracle's by default (specs.tolerance.model.Model).
     """
 
@@ -176,27 +177,51 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Mo
     n_q = q.shape[2]
     through_ds = {0: abs(result.scale) * n_k * flushed_ds * float(np.abs(k).max(initial=0.0)),
                   1: abs(result.scale) * n_q * flushed_ds * float(np.abs(q).max(initial=0.0)), 2: 0.0}
+    through_d = _stored_output_underflow(result, q, k, d_out, dtype, bias_shape)
 
-    def bound(exact, approx, error, magnitude, flushed=0.0):
+    def bound(exact, approx, error, magnitude, flushed, stored):
         naive_error = np.max(np.abs(approx.astype(np.float64) - exact), axis=-1, keepdims=True)
         storage = u * (2 * np.abs(exact) + magnitude)
-        floor = error + storage + tiny + flushed
+        floor = error + storage + tiny + flushed + stored
         scaled = K_GRADIENT * naive_error
         terms = ((f"{K_GRADIENT:g} x naive {dtype} backward error of the row", scaled),
                  (f"propagated rounding floor (float32 inside, LAMBDA={LAMBDA:g})", error),
                  (f"storage rounding in {dtype}", storage), ("underflow", tiny),
-                 ("flushed weights through dS", flushed))
+                 ("flushed weights through dS", flushed), (STORED_OUTPUT_UNDERFLOW, stored))
         return Allowance(
             scaled + floor,
             f"{dtype}: {K_GRADIENT:g} x the naive {dtype} backward's error of the row (largest "
             f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms)
 
     per_entry = n_q * n_k * q.shape[0] * q.shape[1]  # dS entries a modification's gradient element sums at most
-    return GradientOracle(grads, tuple(bound(*parts, through_ds[index]) for index, parts in
+    return GradientOracle(grads, tuple(bound(*parts, through_ds[index], through_d[index]) for index, parts in
                                        enumerate(zip(grads, naive, errors, magnitudes, strict=True))),
                           {name: (g, bound(g, naive_mods[name], mod_errors[name], mod_magnitudes[name],
-                                           flushed_ds * per_entry / max(g.size, 1)))
+                                           flushed_ds * per_entry / max(g.size, 1), through_d[name]))
                            for name, g in mod_grads.items()})
+
+
+STORED_OUTPUT_UNDERFLOW = "stored output's underflow through D"
+
+
+def _stored_output_underflow(result: AttentionResult, q, k, d_out, dtype: np.dtype,
+                             bias_shape: tuple[int, ...] | None) -> dict:
+    """The gradients' error from D_i = sum_c dO_ic O_ic read from the output as stored in `dtype` where O_ic is
+    subnormal there (a float16 output below 6.1e-5): rounding to nearest errs by u |O_ic|, which the propagation
+    has, and by up to half the smallest subnormal besides. D_i is off by that times sum_c |dO_ic|, dS_ij =
+    P_ij (dP_ij - D_i) by P_ij times it, carried into dQ = s dS K, dK = s dS^T Q, the bias's sums of dS and the
+    sinks' -sum_i pi_i D_i; dV = W^T dO does not read D. Keyed as the gradients are: 0, 1, 2, "bias", "sinks"."""
+    off_d = 0.5 * float(finfo(dtype).smallest_subnormal) * np.sum(np.abs(d_out), axis=-1, keepdims=True)
+    off_ds = result.weights * off_d
+    heads_kv = k.shape[1]
+    s = abs(result.scale)
+    through = {0: s * (off_ds @ repeat_kv(np.abs(k), q.shape[1] // heads_kv)),
+               1: sum_groups(s * (off_ds.swapaxes(-1, -2) @ np.abs(q)), heads_kv), 2: 0.0}
+    if bias_shape is not None:
+        through["bias"] = reduce_to_shape(off_ds, bias_shape)
+    if result.mods.sinks is not None:
+        through["sinks"] = (sink_weights(result.mods.sinks, result.lse) * off_d[..., 0]).sum(axis=(0, 2))
+    return through
 
 
 def directional_derivative_allowance(q, k, v, d_out, directions, *, scale: float | None = None,

@@ -138,6 +138,7 @@ def _fake_sanitizer(tmp_path, errors: int) -> str:
 
 
 def test_a_clean_sanitizer_run_gives_every_kernel_zero(record, tmp_path):
+    pytest.importorskip("cupy", reason="each launch's failure is the driver's, reported through cupy")
     labels = [p.label for p in small_plan(record)[0]]
     outcome = run_tool(_fake_sanitizer(tmp_path, 0), "memcheck", [record[0].target], labels, 60)
     assert outcome["error_summary"] == 0 and set(outcome["kernels"]) == set(labels)

@@ -232,9 +232,10 @@ def test_named_rules_give_the_numbers_of_the_factors_they_name():
                           (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)
 
 
-def _float32_backward(q, k, v, d_out, scale, *, flush: bool, with_d: bool = True):
+def _float32_backward(q, k, v, d_out, scale, *, flush: bool = False, with_d: bool = True, stored=None):
     """dQ, dK, dV in float32 as XLA's CPU backend computes them (`flush`: weights and dS below float32's smallest
-    normal flushed to 0); `with_d` False: dS = P dP, the row term D_i dropped (a wrong backward)."""
+    normal flushed to 0); `with_d` False: dS = P dP, the row term D_i dropped (a wrong backward). `stored`: a
+    dtype the output is stored in, D_i read from it as FlashAttention's backward does (sum_c dO_ic O_ic)."""
     q, k, v, d_out = (x.astype(np.float32) for x in (q, k, v, d_out))
     tiny = np.finfo(np.float32).tiny
     s = q @ k.swapaxes(-1, -2) * np.float32(scale)
@@ -243,7 +244,10 @@ def _float32_backward(q, k, v, d_out, scale, *, flush: bool, with_d: bool = True
     if flush:
         p = np.where(np.abs(p) < tiny, np.float32(0), p)
     d_p = d_out @ v.swapaxes(-1, -2)
-    d_s = p * (d_p - (p * d_p).sum(axis=-1, keepdims=True) if with_d else d_p)
+    row_dot = (p * d_p).sum(axis=-1, keepdims=True)
+    if stored is not None:
+        row_dot = (d_out * (p @ v).astype(stored).astype(np.float32)).sum(axis=-1, keepdims=True)
+    d_s = p * (d_p - row_dot if with_d else d_p)
     if flush:
         d_s = np.where(np.abs(d_s) < tiny, np.float32(0), d_s)
     heads_kv = k.shape[1]  # grouped heads: dK and dV summed over each group
@@ -268,4 +272,26 @@ def test_a_float32_backward_that_flushes_subnormals_is_within_the_allowance_and_
     assert any(np.any(e > w) for e, w in zip(errors, without, strict=True)), "the flush never mattered here"
     wrong = _float32_backward(*exact, d_out, 10.0, flush=True, with_d=False)
     assert any(np.any(np.abs(g.astype(np.float64) - exact_g) > a.bound)
+               for g, exact_g, a in zip(wrong, oracle.grads, oracle.allowances, strict=True))
+
+
+def test_a_backward_reading_a_subnormal_float16_output_is_within_the_allowance_and_a_wrong_one_is_not():
+    """Sharp scores whose row weights sit on a zero value leave outputs below float16's smallest normal (6.1e-5):
+    stored in float16 they are off by up to half its smallest subnormal (3e-8) absolutely, over a hundred times their
+    u |O|, and D_i = sum_c dO_ic O_ic read from them carries that into dQ and dK (the allowance's "stored output's
+    underflow through D" term, without which dQ fails here: the Triton record's float16 backward met it under
+    softcap); dropping D_i is still refused."""
+    p = build(n_q=26, n_k=26, seed=74657, score_style="spiky", value_style="integers", scale=5.0)
+    exact = [x.astype(np.float16).astype(np.float64) for x in (p.q, p.k, p.v)]
+    d_out = np.random.default_rng(74657).standard_normal(p.q.shape[:3] + (p.v.shape[-1],)).astype(np.float16)
+    oracle = tolerance.gradient_allowance(*exact, d_out.astype(np.float64), dtype="float16", scale=5.0)
+    assert np.any(np.abs(attention(*exact, scale=5.0).out) < np.finfo(np.float16).tiny)
+    correct = [g.astype(np.float16).astype(np.float64)
+               for g in _float32_backward(*exact, d_out, 5.0, stored=np.float16)]
+    errors = [np.abs(g - exact_g) for g, exact_g in zip(correct, oracle.grads, strict=True)]
+    assert all(np.all(e <= a.bound) for e, a in zip(errors, oracle.allowances, strict=True))
+    without = [a.bound - dict(a.parts())[tolerance.STORED_OUTPUT_UNDERFLOW] for a in oracle.allowances]
+    assert any(np.any(e > w) for e, w in zip(errors, without, strict=True)), "the stored output never mattered here"
+    wrong = _float32_backward(*exact, d_out, 5.0, stored=np.float16, with_d=False)
+    assert any(np.any(np.abs(g.astype(np.float16).astype(np.float64) - exact_g) > a.bound)
                for g, exact_g, a in zip(wrong, oracle.grads, oracle.allowances, strict=True))
