@@ -13,13 +13,16 @@ from harness.api.exhibits import record_headroom
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial
+from interpretations.information_checks import (
+    distributions,
+    expect_largest_mutual_information,
+    expect_one_row_per_query,
+)
 from specs.problems import build
 from specs.strategies import head_dims
 from specs.tolerance import (
     SIMPLEX_OPTIMIZER_VALUE_TOLERANCE,
     Allowance,
-    difference_allowance,
-    entropy_allowance,
     entropy_regularised_gap_allowance,
 )
 
@@ -29,12 +32,6 @@ from impls.seeds.seed_code.seed002_readings import information_theoretic_attenti
 
 SUBJECT = "seed002-information"
 sizes = dict(n=st.integers(2, 16), d=head_dims(16).filter(lambda d: d >= 2), seed=st.integers(0, 2**32 - 1))
-
-
-def _distributions(x: np.ndarray) -> np.ndarray:
-    """Rows turned into probability vectors, the only inputs KL is defined for."""
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _run(q, k, v):
@@ -54,7 +51,7 @@ def test_runs_finite_on_ordinary_keys(n, d, seed):
 @given(**sizes)
 def test_different_queries_get_different_outputs(n, d, seed):
     p = build(n_q=n, n_k=n, d=d, seed=seed)
-    keys = _distributions(p.k[0, 0])
+    keys = distributions(p.k[0, 0])
     out = _run(p.q[0, 0], keys, p.v[0, 0])
     out_other = _run(-3.0 * p.q[0, 0] + 1.0, keys, p.v[0, 0])
     assert not np.array_equal(out, out_other), "replacing every query leaves the output bit-for-bit unchanged"
@@ -64,21 +61,11 @@ def test_different_queries_get_different_outputs(n, d, seed):
 @given(**sizes)
 def test_scores_are_non_negative_like_mutual_information(n, d, seed):
     """The code's score -KL(k_i || k_j), computed as it computes it, on probability-vector keys."""
-    keys = torch.from_numpy(_distributions(build(n_k=n, d=d, seed=seed).k[0, 0]))
+    keys = torch.from_numpy(distributions(build(n_k=n, d=d, seed=seed).k[0, 0]))
     p, q = keys.unsqueeze(1), keys.unsqueeze(0)
     scores = -(p * (p.log() - q.log())).sum(dim=-1).numpy()
     assert np.all(scores >= 0), (
         f"score -KL = {scores.min():.3g} < 0, but a mutual information is never negative")
-
-
-def expect_one_row_per_query(fn, n_q: int, n_k: int, d: int, seed: int) -> None:
-    """fn(query, key, value) (torch, 2-D) on probability-vector keys must return n_q rows of d_v = 3."""
-    p = build(n_q=n_q, n_k=n_k, d=d, d_v=3, seed=seed)
-    args = (p.q[0, 0], _distributions(p.k[0, 0]), p.v[0, 0])
-    out = fn(*(torch.from_numpy(x) for x in args)).numpy()
-    assert out.shape == (n_q, 3), (
-        f"returns {out.shape[0]} rows (one per key) for {n_q} queries: the weights are key-by-key, "
-        f"softmax(-KL(k_i || k_j)) of shape ({n_k}, {n_k})")
 
 
 @checks("information-output-has-key-rows", subject=SUBJECT)
@@ -160,13 +147,6 @@ def test_optimizer_finds_softmax_and_logsumexp(scores):
             "softmax(s) from softmax(2 s)"
 
 
-def _mutual_information(weights: np.ndarray) -> float:
-    """I(i; J) for i uniform over the rows and J ~ weights[i]: H(mean row) - mean_i H(row i)."""
-    def entropy(p):
-        return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
-    return float(entropy(weights.mean(axis=0)) - entropy(weights).mean())
-
-
 @checks("weights-maximise-mutual-information")
 @given(n_q=st.integers(2, 6), n_k=st.integers(2, 6), d=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
 def test_softmax_weights_reach_the_largest_mutual_information(n_q, n_k, d, seed):
@@ -180,13 +160,3 @@ def test_softmax_weights_reach_the_largest_mutual_information(n_q, n_k, d, seed)
     expect_largest_mutual_information(attention(p.q, p.k, p.v).weights[0, 0], "the softmax weights")
 
 
-def expect_largest_mutual_information(weights: np.ndarray, what: str) -> None:
-    """I(i; J) of `weights` (n_q x n_k rows) is the largest over row-stochastic matrices: that of the most balanced
-    one-hot assignment, within two float64 entropy allowances."""
-    n_q, n_k = weights.shape
-    largest = _mutual_information(np.eye(n_k)[np.arange(n_q) % n_k])
-    mi = _mutual_information(weights)
-    slack = difference_allowance(entropy_allowance(n_k), entropy_allowance(n_k))
-    assert mi >= largest - slack.bound, (
-        f"mutual information I(i; J) of {what} ({mi:.4g} nats, {n_q} queries x {n_k} keys) is below "
-        f"{largest:.4g}, which one-hot rows on balanced distinct keys attain")

@@ -18,7 +18,7 @@ from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from impls.cuda.geometry import TileCase
 from impls.cuda.runtime.on_cpu import KernelDefect
-from properties.test_kv_cache import cache_plans
+from properties.kv_cache_plans import cache_plans
 from protocol.registry import SCORE_MODS, Variant
 from specs.kv_cache import build_cache
 from specs.problems import Problem, build

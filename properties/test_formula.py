@@ -7,16 +7,15 @@ seed 003 § 第一个概念 (我爱你) and § 2- qk点乘 (x1 against x2, x3, x
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
-from harness.api.observe import ObservedWeights, observe_weights
+from harness.api.observe import observe_weights
 from harness.api.trial import Trial, check_against_oracle, problems_for
+from properties.formula_checks import expect_distribution, expect_own_key_ignored, expect_rejected, mismatched_values
 from specs import examples
 from specs.catalogue import load_claims
 from specs.problems import Problem, build
@@ -105,17 +104,6 @@ def test_seed003_woaini_three_by_three(variant, seed):
     expect_worked_example(variant, examples.woaini(seed))
 
 
-def expect_own_key_ignored(trial: Trial, observed: ObservedWeights) -> None:
-    """Seed 003 literally: q1 is dotted with the keys of x2, x3, x4 only, so a token's own key gets weight 0."""
-    own = np.diagonal(observed.weights, axis1=-2, axis2=-1)
-    bound = np.diagonal(observed.allowance.bound, axis1=-2, axis2=-1)
-    if np.any(own > bound):
-        where = np.unravel_index(int(np.argmax(own - bound)), own.shape)
-        i = where[-1]
-        trial.fail(f"x{i + 1}'s own key gets weight {own[where]:.3g} (allowed 0 +- {bound[where]:.3g}): "
-                   f"q{i + 1} is dotted with k{i + 1} too, not only with the other tokens' keys", observed.problem)
-
-
 @checks("query-compared-only-with-other-tokens")
 @given(seed=seeds)
 def test_first_token_is_compared_only_with_the_other_tokens(variant, seed):
@@ -123,31 +111,10 @@ def test_first_token_is_compared_only_with_the_other_tokens(variant, seed):
     expect_own_key_ignored(trial, observe_weights(trial))
 
 
-def expect_distribution(similarities: dict[str, Fraction]) -> None:
-    """Seed 001's similarities (四不像 against each animal) are a probability distribution, exactly."""
-    assert similarities, "the sentence states no similarities"
-    negative = {animal: w for animal, w in similarities.items() if w < 0}
-    assert not negative, f"negative similarities {negative} cannot be probabilities"
-    total = sum(similarities.values())
-    assert total == 1, f"the similarities {[str(w) for w in similarities.values()]} sum to {total}, not 1"
-
-
 @checks("siwuxiang-weights-sum-to-one", subject="seed001-text")
 def test_siwuxiang_weights_form_a_distribution():
     """The numbers as the seed's sentence states them (tests/unit/test_catalogue.py checks the quote is verbatim)."""
     expect_distribution(examples.similarities(load_claims()["siwuxiang-weights-sum-to-one"].original))
-
-
-def mismatched_values(problem: Problem) -> list[Problem]:
-    """The problem with one value more than there are keys and, when n_k > 1, one fewer."""
-    more = problem.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :1]], axis=2))")
-    fewer = problem.derive("p = p.replace(v=p.v[:, :, :-1])")
-    return [more, fewer] if problem.n_k > 1 else [more]
-
-
-def expect_rejected(trial: Trial, problem: Problem) -> None:
-    """The implementation raises on `problem`, keys and values of different lengths."""
-    trial.expect_raised(problem, f"k with n_k={problem.n_k} keys and v with {problem.v.shape[2]} values")
 
 
 @checks("one-key-per-value")

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, problems_for
-from properties.test_gradients import SMALL
-from properties.test_poisoning import POISONS
+from properties.gradient_checks import GRADIENT_SIZES
+from properties.poisons import POISONS
 from specs.problems import Problem
 from specs.tolerance import ToleranceUndefined, difference_allowance, gradient_allowance
 
@@ -85,7 +85,7 @@ def check_unseen_poison(variant, problem: Problem, poison: float) -> None:
 @given(data=st.data())
 def test_non_finite_keys_no_row_sees_never_reach_gradients(variant, data):
     """A mask in any layout, with 1 to 3 drawn keys hidden from every row (a column of padding)."""
-    problem = data.draw(problems_for(variant, masked=True, min_n=2, **SMALL), label="problem")
+    problem = data.draw(problems_for(variant, masked=True, min_n=2, **GRADIENT_SIZES), label="problem")
     keys = sorted(set(data.draw(st.lists(st.integers(0, problem.n_k - 1), min_size=1, max_size=3),
                                 label="keys no row sees")))
     problem = problem.derive(f"m = np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,)).copy(); m[..., {keys}] = False; "
@@ -101,5 +101,5 @@ def test_non_finite_keys_past_every_causal_horizon_never_reach_gradients(variant
     if variant.capabilities.causal_alignment != "top_left":
         pytest.skip("bottom-right causal with n_q <= n_k hides no key from every row (the last row sees them all)")
     problem = data.draw(problems_for(variant, causal=True, min_n=2, different_lengths=True,
-                                     keys_cover_queries=True, **SMALL), label="problem")
+                                     keys_cover_queries=True, **GRADIENT_SIZES), label="problem")
     check_unseen_poison(variant, problem, data.draw(st.sampled_from(POISONS), label="poison"))

@@ -16,10 +16,9 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, problems_for
+from properties.poisons import POISONS
 from specs.problems import Problem
 from specs.strategies import with_score_mod
-
-POISONS = (np.nan, np.inf, -np.inf)
 
 
 def _per_kv_head(seen: np.ndarray, heads_kv: int) -> np.ndarray:

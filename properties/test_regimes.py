@@ -7,8 +7,6 @@ Hypothesis draws. Regimes marked long (n >= 1025 or d = 256) run with `--impl` a
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
@@ -17,6 +15,7 @@ from harness.api.markers import checks
 from harness.api.regime_cases import cases, skip_unless_fits
 from harness.api.repro import cast_line
 from harness.api.trial import Trial, check_against_oracle
+from properties.block_sizes import default_block_sizes
 from specs import regimes
 from specs.layouts import LAYOUTS
 from specs.problems import Problem, build
@@ -45,12 +44,6 @@ def test_long_masked_matches_oracle(variant, regime):
     check_against_oracle(variant, skip_unless_fits(variant, regime))
 
 
-def _default_block_sizes(variant) -> dict[str, int]:
-    params = inspect.signature(variant.impl.fn).parameters
-    return {kw: params[kw].default for kw in variant.capabilities.tile_keywords
-            if kw in params and isinstance(params[kw].default, int)}
-
-
 def _lengths_around_blocks(blocks: dict[str, int]) -> list[int]:
     """n at one block, one block +- 1, and multiples of the largest default block plus one."""
     largest = max(blocks.values())
@@ -63,7 +56,7 @@ def _lengths_around_blocks(blocks: dict[str, int]) -> list[int]:
 def test_default_block_sizes_at_their_multiples_match_oracle(variant):
     """The implementation's own block sizes (its keywords' defaults), at lengths one below, at and one above
     multiples of them: the path a caller who passes no block size takes."""
-    blocks = _default_block_sizes(variant)
+    blocks = default_block_sizes(variant)
     if not blocks:
         pytest.skip("the block-size keywords have no integer defaults")
     causal = variant.capabilities.causal

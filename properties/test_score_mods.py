@@ -17,8 +17,8 @@ from harness.api.assertions import names
 from harness.api.markers import checks
 from harness.api.regime_cases import cases, skip_unless_fits
 from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
-from properties.test_gradients import check_gradients
-from properties.test_regimes import _default_block_sizes
+from properties.block_sizes import default_block_sizes
+from properties.gradient_checks import check_gradients
 from protocol.registry import SCORE_MODS, Variant
 from specs import regimes
 from specs.keyword_edges import BAD_SCORE_MODS
@@ -137,7 +137,7 @@ def test_windows_one_key_either_side_of_the_block_sizes(variant):
     windows reaching B - 1, B and B + 1 keys to the left or to the right of the diagonal, so the band's edge falls
     before, on and after a tile's edge, at n = 2 max B + 1, in float. The default block sizes meet the window at
     length in test_modifications_at_length_match_the_oracle."""
-    defaults = _default_block_sizes(variant)
+    defaults = default_block_sizes(variant)
     if not defaults:
         pytest.skip("the block-size keywords have no integer defaults")
     blocks = {keyword: min(default, 16 + 8 * i) for i, (keyword, default) in enumerate(sorted(defaults.items()))}

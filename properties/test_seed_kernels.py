@@ -4,8 +4,6 @@ what ptxas and the device at hand say. No GPU and no torch needed, except for th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,154 +13,77 @@ from harness.api.assertions import assert_within
 from harness.api.markers import checks
 from harness.engine.guarded_call import CallFailed
 from harness.engine.isolation import call_isolated
-from impls.cuda.cuda_records import cpu_unavailable
 from impls.cuda.cuda_seed002_kernels import NAIVE, seed_launch
 from impls.cuda.gpu_limits import (
-    BLOCK_THREADS,
-    SHARED_PROBE_BYTES,
-    DeviceLimits,
-    DeviceUnavailable,
-    device_limits,
     registers_per_thread,
     static_shared_limits,
 )
 from impls.cuda.runtime.execute import execute
 from impls.cuda.runtime.on_cpu import KernelDefect, run_checked
-from impls.cuda.seed_kernel_compiler import COMPILERS, CompilerUnavailable, compile_kernel
-from impls.seeds.seed_code.seed002_memory_aware import MemoryAwareAttention
-from protocol.registry import Capabilities
-from specs.problems import Problem
+from impls.cuda.seed_kernel_compiler import COMPILERS
+from properties.seed_kernel_checks import (
+    NAIVE_ON_CPU,
+    OVERFLOWING_SEQ_LEN,
+    SEED_KERNEL_PROBLEMS,
+    SEED_LIMITS,
+    SHARED_MEMORY_ON_CPU,
+    compiles_as_written,
+    cpu_execution,
+    device_at_hand,
+    device_register_excess,
+    register_file_excess,
+    seed_kernel_inputs,
+    shared_limit_mismatch,
+    toolchain_measure,
+)
 from specs.reference import attention
-from specs.strategies import problems
 from specs.tolerance import difference_allowance, forward_allowance, unit_roundoff
-
-SEED_LIMITS = MemoryAwareAttention(d_model=64, seq_len=64)  # the constants do not depend on the arguments
-REGISTER_BYTES = 4  # one 32-bit register
 
 
 @checks("cuda-naive-kernel", subject="seed002-cuda")
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
 def test_naive_kernel_compiles_as_written(compiler):
-    _compiles("attention_kernel", compiler)
+    compiles_as_written("attention_kernel", compiler)
 
 
 @checks("cuda-shared-memory-kernel", subject="seed002-cuda")
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
 def test_shared_memory_kernel_compiles_as_written(compiler):
-    _compiles("optimized_attention_kernel", compiler)
-
-
-def _compiles(kernel: str, compiler: str) -> None:
-    try:
-        log = compile_kernel(kernel, compiler)
-    except CompilerUnavailable as exc:
-        pytest.skip(str(exc))
-    errors = [line for line in (log or "").splitlines() if "error" in line]
-    assert log is None, f"{compiler} rejects {kernel} as written:\n" + "\n".join(errors[:6])
-
-
-def register_file_excess(per_thread: Mapping[str, int], recorded: int = SEED_LIMITS.register_size) -> str | None:
-    """Seed 002 § 3.2.1 (32KB寄存器): why `recorded` bytes cannot be the register file, given the registers
-    ptxas gives each thread of a BLOCK_THREADS-thread block per architecture (one block's registers must fit
-    in one SM's file); None if every block fits."""
-    held = {arch: BLOCK_THREADS * count * REGISTER_BYTES for arch, count in per_thread.items()}
-    over = {arch: size for arch, size in held.items() if size > recorded}
-    if not over:
-        return None
-    worst = max(over, key=over.get)
-    return (f"ptxas gives each of a block's {BLOCK_THREADS} threads {per_thread[worst]} registers on "
-            f"{', '.join(sorted(over, key=_arch_number))}: one block holds {over[worst]} bytes of registers, "
-            f"{over[worst] / recorded:g}x the seed's {recorded // 1024} KB register file")
-
-
-def _arch_number(arch: str) -> int:
-    return int(arch.removeprefix("sm_"))
-
-
-def device_register_excess(device: DeviceLimits, recorded: int = SEED_LIMITS.register_size) -> str | None:
-    """The same judgement from the device's own count of 32-bit registers per SM."""
-    size = device.registers_per_sm * REGISTER_BYTES
-    if size == recorded:
-        return None
-    return (f"{device.name} ({device.arch}) has {device.registers_per_sm} 32-bit registers per SM: its register "
-            f"file holds {size} bytes of registers, {size / recorded:g}x the seed's {recorded // 1024} KB "
-            "register file")
-
-
-def shared_limit_mismatch(limits: Mapping[str, int | None],
-                          recorded: int = SEED_LIMITS.shared_memory_size) -> str | None:
-    """Seed 002 § 3.2.1 (48KB共享内存): the architectures whose static shared memory per block is not `recorded`
-    (a limit of None: ptxas accepted SHARED_PROBE_BYTES)."""
-    wrong = [f"{arch} {f'at least {SHARED_PROBE_BYTES}' if limit is None else limit}"
-             for arch, limit in limits.items() if limit != recorded]
-    if not wrong:
-        return None
-    return f"ptxas allows a block, in bytes of static shared memory, not the seed's {recorded}: " + ", ".join(wrong)
-
-
-def _toolchain(measure):
-    try:
-        return measure()
-    except CompilerUnavailable as exc:
-        pytest.skip(str(exc))
-
-
-def _device() -> DeviceLimits:
-    try:
-        return device_limits()
-    except DeviceUnavailable as exc:
-        pytest.skip(str(exc))
+    compiles_as_written("optimized_attention_kernel", compiler)
 
 
 @checks("gpu-register-file", subject="seed002-memory-aware-class")
 def test_register_file_holds_a_block_per_ptxas():
-    excess = register_file_excess(_toolchain(registers_per_thread))
+    excess = register_file_excess(toolchain_measure(registers_per_thread))
     assert excess is None, excess
 
 
 @checks("gpu-register-file", subject="seed002-memory-aware-class")
 def test_register_file_matches_the_device():
-    excess = device_register_excess(_device())
+    excess = device_register_excess(device_at_hand())
     assert excess is None, excess
 
 
 @checks("gpu-shared-memory-per-block", subject="seed002-memory-aware-class")
 def test_shared_memory_is_the_static_per_block_limit():
-    mismatch = shared_limit_mismatch(_toolchain(static_shared_limits))
+    mismatch = shared_limit_mismatch(toolchain_measure(static_shared_limits))
     assert mismatch is None, mismatch
 
 
 @checks("gpu-shared-memory-per-block", subject="seed002-memory-aware-class")
 def test_shared_memory_matches_the_device():
-    device = _device()
+    device = device_at_hand()
     assert device.shared_memory_per_block == SEED_LIMITS.shared_memory_size, (
         f"{device.name} ({device.arch}) gives a block {device.shared_memory_per_block} bytes of shared memory "
         f"without opting in, not the seed's {SEED_LIMITS.shared_memory_size}")
-
-
-# -- the repaired kernels, executed (impls/cuda/cuda_seed002_kernels.py) ---------------------------------------
-SEED_KERNEL_PROBLEMS = problems(caps=Capabilities(gqa=False, cross=False, value_dim=False), dtype="float32",
-                                max_n=40, max_d=32)
-NAIVE_ON_CPU = "impls.cuda.cuda_seed002_kernels:naive_kernel_on_cpu"
-SHARED_MEMORY_ON_CPU = "impls.cuda.cuda_seed002_kernels:shared_memory_kernel_on_cpu"
-
-
-def _seed_kernel_inputs(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return tuple(x.astype(np.float32) for x in (problem.q, problem.k, problem.v))
-
-
-def _cpu_execution():
-    unavailable = cpu_unavailable()
-    if unavailable:
-        pytest.skip(unavailable)
 
 
 @checks("cuda-shared-memory-kernel-equals-naive", subject="seed002-cuda")
 @settings(max_examples=10)
 @given(problem=SEED_KERNEL_PROBLEMS, threads=st.integers(1, 70))
 def test_shared_memory_kernel_equals_naive_kernel(problem, threads):
-    _cpu_execution()
-    inputs = _seed_kernel_inputs(problem)
+    cpu_execution()
+    inputs = seed_kernel_inputs(problem)
     outputs = {}
     for name, target in (("naive", NAIVE_ON_CPU), ("shared-memory", SHARED_MEMORY_ON_CPU)):
         try:  # each in a worker process: the shared-memory kernel reads far past its shared buffer
@@ -185,8 +106,8 @@ def test_shared_memory_kernel_equals_naive_kernel(problem, threads):
 @settings(max_examples=10)
 @given(problem=SEED_KERNEL_PROBLEMS)
 def test_naive_kernel_leaves_weights_in_its_buffer(problem):
-    _cpu_execution()
-    q, k, v = _seed_kernel_inputs(problem)
+    cpu_execution()
+    q, k, v = seed_kernel_inputs(problem)
     launch = seed_launch(NAIVE, q, k, v)
     buffer = execute(NAIVE, launch, "cpu")[-1].astype(np.float64)
     batch, heads, n, d = q.shape
@@ -205,12 +126,9 @@ def test_naive_kernel_leaves_weights_in_its_buffer(problem):
         "the buffer holds exp(s - max), unnormalised")
 
 
-OVERFLOWING_SEQ_LEN = 46341  # the least n with n * n > 2^31 - 1
-
-
 @checks("cuda-naive-kernel-int-indexing", subject="seed002-cuda")
 def test_naive_kernel_indices_fit_in_int():
-    _cpu_execution()
+    cpu_execution()
     n, d, threads = OVERFLOWING_SEQ_LEN, 1, 128
     q = np.ones((1, 1, n, d), np.float32)
     launch = seed_launch(NAIVE, q, q, q, threads)

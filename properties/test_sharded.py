@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
+from properties.gradient_checks import check_gradients
 from properties.sharded_checks import cut_to_equal_shards, merge_order_comparison
-from properties.test_gradients import check_gradients
 from protocol.rank_pool import POOL_SIZE
 from specs.sharding import WORLD_SIZES, chunks
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from properties.test_dropout import offset_pairs, pair_families
+from properties.dropout_checks import offset_pairs, pair_families
 from specs.statistics import binomial_power, binomial_pvalue
 from tests.fixtures.runs import run_suite
 

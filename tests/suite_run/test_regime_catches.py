@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from properties.test_scaling import score_spread
+from properties.scaling_checks import score_spread
 from specs.reference import attention
 from tests.fixtures.runs import run_suite
 

@@ -10,7 +10,7 @@ from harness.api.assertions import allowance_line, compare
 from specs import tolerance
 from specs.problems import build
 from specs.tolerance import Allowance
-from tests.unit.test_tolerance import _every_allowance
+from tests.fixtures.every_allowance import every_allowance
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -60,7 +60,7 @@ def test_the_model_s_allowances_are_sums_of_named_non_negative_terms():
 
 
 def test_every_allowance_s_parts_sum_to_its_bound():
-    for name, allowance in _every_allowance().items():
+    for name, allowance in every_allowance().items():
         assert terms_gap(allowance) < 1e-12, name
 
 

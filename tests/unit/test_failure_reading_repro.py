@@ -10,7 +10,8 @@ import pytest
 from harness.api.evidence import PropertyViolation
 from harness.api.repro import repro_snippet, verdict
 from harness.api.trial import Trial, check_against_oracle
-from properties import test_gradients, test_masking, test_regimes, test_symmetry
+from properties import test_masking, test_regimes, test_symmetry
+from properties.gradient_checks import GRADIENT_DROPOUT_P, check_gradients
 from protocol.registry import Variant, load_impl
 from specs import regimes
 from specs.dropout_mask import keep_mask
@@ -90,9 +91,9 @@ def test_a_gradient_failure_s_repro_prints_each_gradient_s_verdict(capsys, dropo
     against the oracle's backward (with the dropout mask the seed decides): dQ fails, as in the property."""
     variant = Variant(load_impl(f"{__name__}:reference_with_dq_doubled"), "float64")
     problem = build(n_q=5, n_k=7, d=4, d_v=3, seed=2)
-    extra = {"dropout_p": test_gradients.GRADIENT_DROPOUT_P, "dropout_seed": 11} if dropout else {}
+    extra = {"dropout_p": GRADIENT_DROPOUT_P, "dropout_seed": 11} if dropout else {}
     with pytest.raises(PropertyViolation) as failure:
-        test_gradients.check_gradients(Trial(variant, problem), problem, seed=3, extra=extra)
+        check_gradients(Trial(variant, problem), problem, seed=3, extra=extra)
     assert failure.value.summary.startswith("dQ differs from the float64 oracle's backward")
     printed = _printed(failure.value.repro, capsys)
     verdicts = [line for line in printed if line.startswith(("PASS", "FAIL"))]

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 from harness.api.evidence import PropertyViolation
-from interpretations import test_bayesian as bayesian
-from interpretations import test_differential as differential
-from interpretations import test_geometric as geometric
+from interpretations import basis_checks, geometric_checks, posterior_checks, reading_code_checks
+from interpretations.exact_problems import exact_problem
 from protocol.registry import Variant, load_impl
 from specs.catalogue import load_claims
 from specs.tolerance import Allowance, affine_image_allowance
@@ -23,14 +22,14 @@ from tests.fixtures.runs import ROOT
 
 pytest.importorskip("torch")
 
-CHECKS = {  # claim -> the every-implementation property
-    "geometric-cosine-every-implementation": geometric.test_cosine_attention_is_the_implementation_on_unit_vectors,
-    "key-translation-invariance": geometric.test_translating_every_key_changes_nothing,
-    "value-affine-equivariance": geometric.test_affine_map_of_values_maps_outputs,
-    "orthogonal-basis-change-invariance": differential.test_rotating_queries_and_keys_together_changes_nothing,
-    "dual-basis-change-invariance": differential.test_dual_change_of_basis_changes_nothing,
-    "bayesian-uniform-prior-posterior-mean": bayesian.test_output_is_the_posterior_mean_under_a_uniform_prior,
-    "bayesian-prior-as-log-bias": bayesian.test_log_prior_bias_gives_the_posterior_mean,
+CHECKS = {  # claim -> the check its every-implementation property makes
+    "geometric-cosine-every-implementation": geometric_checks.check_cosine_attention,
+    "key-translation-invariance": geometric_checks.check_key_translation,
+    "value-affine-equivariance": geometric_checks.check_value_affine_map,
+    "orthogonal-basis-change-invariance": basis_checks.check_rotation,
+    "dual-basis-change-invariance": basis_checks.check_dual_basis,
+    "bayesian-uniform-prior-posterior-mean": posterior_checks.check_uniform_prior,
+    "bayesian-prior-as-log-bias": posterior_checks.check_log_prior_bias,
 }
 BAYES = {"bayesian-uniform-prior-posterior-mean", "bayesian-prior-as-log-bias"}
 # wrong implementation -> the claims it breaks (it must pass every other one of CHECKS)
@@ -79,9 +78,9 @@ def test_fixed_problems_follow_the_capabilities():
     """No cross-attention, no GQA, d_v = d: the problem still has head dim 16 and fits; grouped heads and
     n_q != n_k where the implementation takes them."""
     plain = Variant(load_impl("impls.seeds.seed002_tiled:memory_optimized_tiled_attention"), "float64")
-    p = geometric.exact_problem(plain, seed=0)
+    p = exact_problem(plain, seed=0)
     assert (p.q.shape, p.k.shape, p.v.shape) == ((2, 2, 11, 16), (2, 2, 11, 16), (2, 2, 11, 16))
-    full = geometric.exact_problem(_variant("exp2_attention"), seed=0)
+    full = exact_problem(_variant("exp2_attention"), seed=0)
     assert (full.q.shape, full.k.shape, full.v.shape) == ((2, 2, 7, 16), (2, 1, 11, 16), (2, 1, 11, 13))
 
 
@@ -92,26 +91,26 @@ def _refutes(slug: str, message: str) -> bool:
 @pytest.mark.parametrize("shape", [(1, 2, 1), (3, 3, 4), (2, 3, 2), (3, 2, 1), (5, 4, 2)])
 def test_differential_code_fails_off_its_shapes_for_the_stated_reason(shape):
     with pytest.raises(AssertionError) as excinfo:
-        differential.expect_runs_on_attention_shapes(*shape, seed=0)
+        reading_code_checks.expect_runs_on_attention_shapes(*shape, seed=0)
     assert _refutes("differential-code-shapes", str(excinfo.value))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (4, 4, 4), (6, 6, 2)])
 def test_differential_code_runs_on_its_shapes(shape):
-    differential.expect_runs_on_attention_shapes(*shape, seed=0)
+    reading_code_checks.expect_runs_on_attention_shapes(*shape, seed=0)
 
 
 @pytest.mark.parametrize("n_q, n_k", [(1, 3), (2, 3), (4, 3)])
 def test_bayesian_code_fails_on_cross_attention_for_the_stated_reason(n_q, n_k):
     with pytest.raises(AssertionError) as excinfo:
-        bayesian.expect_takes_cross_attention(n_q, n_k, 2, seed=0)
+        reading_code_checks.expect_takes_cross_attention(n_q, n_k, 2, seed=0)
     assert _refutes("bayesian-code-cross-attention", str(excinfo.value))
 
 
 def test_bayesian_code_takes_one_key_and_self_attention():
     """The two cases where its pairing of query i with value i does not show."""
-    bayesian.expect_takes_cross_attention(3, 1, 2, seed=0)
-    bayesian.expect_takes_cross_attention(3, 3, 2, seed=0)
+    reading_code_checks.expect_takes_cross_attention(3, 1, 2, seed=0)
+    reading_code_checks.expect_takes_cross_attention(3, 3, 2, seed=0)
 
 
 def test_affine_image_allowance_bounds_float64_rounding():

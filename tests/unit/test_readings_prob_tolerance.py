@@ -143,7 +143,7 @@ def test_underflow_window_brackets_numpy_exp_in_each_dtype(dtype):
 
 
 def test_mutual_information_check_fails_softmax_and_passes_a_balanced_assignment():
-    from interpretations.test_information import expect_largest_mutual_information
+    from interpretations.information_checks import expect_largest_mutual_information
 
     expect_largest_mutual_information(np.eye(3)[[0, 1, 2, 0, 1, 2]], "a balanced one-hot assignment")
     with pytest.raises(AssertionError, match=r"mutual information I\(i; J\) of the softmax weights"):
@@ -153,7 +153,7 @@ def test_mutual_information_check_fails_softmax_and_passes_a_balanced_assignment
 def test_query_rows_check_passes_code_whose_weights_follow_the_query():
     torch = pytest.importorskip("torch")
     from impls.seeds.seed_code.seed002_readings import information_theoretic_attention
-    from interpretations.test_information import expect_one_row_per_query
+    from interpretations.information_checks import expect_one_row_per_query
 
     def per_query(query, key, value):
         """Softmax over keys of q.k: query-by-key weights, one row per query."""

@@ -19,13 +19,13 @@ from harness.api.peak_memory import Probe, growth, peak_bytes  # noqa: E402
 from impls.cuda.gpu_limits import DeviceLimits  # noqa: E402
 from impls.seeds.seed_code.seed002_blockwise import HardwareAwareAttention  # noqa: E402
 from impls.seeds.seed_code.seed002_readings import differential_geometric_attention  # noqa: E402
-from properties.test_seed_code import (  # noqa: E402
+from properties.seed_code_checks import (  # noqa: E402
     more_peaked_than_prescribed,
     never_called,
     raised_as_written,
     unused_nested_functions,
 )
-from properties.test_seed_hardware import (  # noqa: E402
+from properties.seed_hardware_checks import (  # noqa: E402
     BLOCK_GRID,
     MEMORY_SEQ,
     SEED_FORMULA,
@@ -37,7 +37,7 @@ from properties.test_seed_hardware import (  # noqa: E402
     layout_mismatch,
     quadratic_memory,
 )
-from properties.test_seed_kernels import (  # noqa: E402
+from properties.seed_kernel_checks import (  # noqa: E402
     device_register_excess,
     register_file_excess,
     shared_limit_mismatch,

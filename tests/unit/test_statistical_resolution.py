@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from properties.test_scaling import VARIANCE_SAMPLES
+from properties.scaling_checks import VARIANCE_SAMPLES
 from specs.examples import gaussian_queries
 from specs.statistics import ALPHA, unit_normal_variance_pvalue
 

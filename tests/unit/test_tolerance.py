@@ -11,6 +11,7 @@ from specs.dtypes import numpy_dtype
 from specs.problems import SCORE_STYLES, VALUE_STYLES, build
 from specs.reference import attention
 from specs.tolerance import Allowance, ToleranceUndefined, forward_allowance
+from tests.fixtures.every_allowance import every_allowance
 from tests.fixtures.outside_impls import einsum_attention
 
 torch = pytest.importorskip("torch")
@@ -165,53 +166,8 @@ def test_allowances_add_and_slice():
     assert total.take((slice(None), 0)).bound.shape == (2,)
 
 
-def _every_allowance() -> dict[str, Allowance]:
-    """One call of each public function of specs.tolerance that returns an allowed error."""
-    p = build(n_q=3, n_k=4, d=4, d_v=2, seed=1)
-    result, allowance = forward_allowance(p.q, p.k, p.v, dtype="float64")
-    rng = np.random.default_rng(0)
-    directions = tuple(rng.standard_normal(x.shape) for x in (p.q, p.k, p.v))
-    own = tolerance.own_rounding_bound(result, p.q, p.k, p.v, np.abs(result.out), dtype="float64")
-    lse = tolerance.lse_allowance(p.q, p.k, p.v, dtype="float32", oracle=result)
-    return {
-        "forward_allowance": allowance,
-        "product_allowance": tolerance.product_allowance(allowance, result.out, np.ones((2, 1))),
-        "row_sum_allowance": tolerance.row_sum_allowance(allowance, result.out),
-        "dot_product_allowance": tolerance.dot_product_allowance(p.q, p.k),
-        "rope_score_allowance": tolerance.rope_score_allowance(p.q[0, 0, 0], p.k[0, 0, 0], 10),
-        "lse_allowance": lse,
-        "merge_allowance": tolerance.merge_allowance([np.ones(result.lse.shape)], [result.out], [allowance], [lse]),
-        "merge_order_allowance": tolerance.merge_order_allowance(result, p.v, "float32", merges=2),
-        "directional_derivative_allowance": tolerance.directional_derivative_allowance(
-            p.q, p.k, p.v, rng.standard_normal(result.out.shape), directions),
-        "entropy_allowance": tolerance.entropy_allowance(5),
-        "unit_vector_allowance": tolerance.unit_vector_allowance(4),
-        "score_perturbation_allowance": tolerance.score_perturbation_allowance(p.q, p.k, p.v, np.ones((1, 1, 3, 1))),
-        "own_rounding_bound": own,
-        "metamorphic_allowance": tolerance.metamorphic_allowance(allowance, allowance, own, own),
-        "difference_allowance": tolerance.difference_allowance(allowance, own),
-        "cosine_exponent_allowance": tolerance.cosine_exponent_allowance(0.5, 4),
-        "elementwise_product_allowance": tolerance.elementwise_product_allowance(result.out, allowance,
-                                                                                 result.out, own),
-        "dropout_survivor_allowance": tolerance.dropout_survivor_allowance(allowance, result.out, 0.1, "float32"),
-        "value_shift_allowance": tolerance.value_shift_allowance(10.0, allowance, own, own, np.abs(result.out)),
-        "fused_difference_allowance": tolerance.fused_difference_allowance(result, p.q, p.k, p.v, "float16"),
-        "row_entropy_allowance": tolerance.row_entropy_allowance(result.weights, allowance.largest()),
-        "jacobian_norm_allowance": tolerance.jacobian_norm_allowance(result.weights, allowance.largest()),
-        "rotated_inputs_allowance": tolerance.rotated_inputs_allowance(p.q, p.k, p.v, dtype="float16",
-                                                                       max_position=10),
-        "affine_image_allowance": tolerance.affine_image_allowance(allowance, -1.5, result.out, 0.25),
-        "weights_entropy_allowance": tolerance.weights_entropy_allowance(allowance.largest(), result.weights),
-        "normalised_weights_allowance": tolerance.normalised_weights_allowance(allowance.largest(), result.weights),
-        "entropy_regularised_gap_allowance": tolerance.entropy_regularised_gap_allowance(
-            allowance.largest(), result.weights, result.weights, result.scores),
-        "gradient_allowance": tolerance.gradient_allowance(p.q, p.k, p.v, rng.standard_normal(result.out.shape),
-                                                           dtype="float32").allowances[0],
-    }
-
-
 def test_every_allowed_error_is_an_allowance_naming_its_rule():
-    found = _every_allowance()
+    found = every_allowance()
     public = {name for name in dir(tolerance) if name.endswith(("_allowance", "_bound")) and not name.startswith("_")}
     assert public <= set(found), f"not covered here: {sorted(public - set(found))}"
     for name, allowance in found.items():

@@ -19,9 +19,9 @@ from harness.api.evidence import PropertyViolation
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial
 from impls.seeds.seed_code import seed001_multihead
-from interpretations import test_geometric as geometric
-from properties import test_formula as formula
-from properties import test_heads as heads
+from interpretations import geometric_checks as geometric
+from properties import formula_checks as formula
+from properties import head_checks as heads
 from protocol.registry import Variant, load_impl
 from specs import examples
 from specs.catalogue import load_claims
