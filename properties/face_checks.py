@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import reject
 from hypothesis import strategies as st
 
+from harness.api import as_numpy
 from harness.api.explain import judge_sequence
 from harness.api.perturb import perturbed_sequence
 from harness.api.trial import Trial, problems_for
-from harness.engine.guarded_call import as_numpy
 from protocol.registry import Variant
 from specs.problems import Problem
 from specs.strategies import with_score_mod

@@ -46,7 +46,7 @@ def _gradient_repro(trial: Trial, seed: int, extra: dict, oracle_code: str, wrt:
     keywords = "".join(f", {key}={value!r}" for key, value in extra.items())
     names = ("dQ", "dK", "dV", *(MOD_GRADIENT_NAMES[name] for name in wrt))
     lines = [
-        "from harness.engine.backward import backward_of",
+        "from harness.api import backward_of",
         "from specs.dropout_mask import keep_mask",
         "from specs.tolerance import gradient_allowance",
         f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"

@@ -47,7 +47,7 @@ def _check_backward(trial: Trial, problem: Problem, extra: dict) -> None:
     seed = problem.recipe.seed
     shape = problem.q.shape[:3] + (problem.v.shape[-1],)
     d_out = np.random.default_rng(seed).standard_normal(shape).astype(trial.dtype)
-    call_line = ("from harness.engine.backward import backward_of\n"
+    call_line = ("from harness.api import backward_of\n"
                  f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
                  f".astype({str(trial.dtype)!r})\n"
                  f"grads = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, **p.kwargs(), "

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.api import CallFailed, call_in_process, checked_array
 from harness.api.markers import checks
 from harness.api.trial import Trial, problems_for
-from harness.engine.guarded_call import CallFailed, call_in_process, checked_array
 from protocol.registry import ImplLoadError, Variant, load_impl
 from specs.dropout_mask import keep_mask
 from specs.reference import attention

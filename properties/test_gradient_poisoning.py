@@ -51,7 +51,7 @@ def check_unseen_poison(variant, problem: Problem, poison: float) -> None:
     seed = problem.recipe.seed
     d_out = np.random.default_rng(seed).standard_normal(problem.q.shape[:3] + (problem.v.shape[-1],))
     d_out = d_out.astype(trial.dtype)
-    call_line = ("from harness.engine.backward import backward_of\n"
+    call_line = ("from harness.api import backward_of\n"
                  f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
                  f".astype({str(trial.dtype)!r})\n"
                  f"dq, dk, dv = backward_of(load_impl({variant.impl.target!r}), q, k, v, d_out, **p.kwargs())")

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
+from harness.api import as_numpy
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
 from harness.api.repro import call_line_for
 from harness.api.trial import Trial, problems_for
-from harness.engine.guarded_call import as_numpy
 from properties.dropout_checks import dropout_call, one_hot_head_dims
 from specs.dropout_mask import keep_mask
 from specs.keyword_edges import (

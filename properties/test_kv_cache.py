@@ -28,7 +28,7 @@ from specs.varlen import to_dense
 
 def _script(target: str, tensors: str, plan: dict, extra: dict) -> str:
     return "\n".join([
-        "from harness.engine.guarded_call import handed_over",
+        "from harness.api import handed_over",
         "from specs.kv_cache import build_cache",
         f"cache = build_cache(q, k, v, **{plan!r})",
         f"args, kw = handed_over(cache.arrays, {{**cache.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",

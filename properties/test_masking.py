@@ -12,10 +12,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from harness.api import as_numpy
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial, check_against_oracle, problems_for
-from harness.engine.guarded_call import as_numpy
 from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import exponent_range

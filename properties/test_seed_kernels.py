@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.api import CallFailed, call_isolated
 from harness.api.assertions import assert_within
 from harness.api.markers import checks
-from harness.engine.guarded_call import CallFailed
-from harness.engine.isolation import call_isolated
 from impls.cuda.cuda_seed002_kernels import NAIVE, seed_launch
 from impls.cuda.gpu_limits import (
     registers_per_thread,

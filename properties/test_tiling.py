@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
+from harness.api import as_numpy
 from harness.api.blocked import check_any_block_sizes
 from harness.api.markers import checks
 from harness.api.peak_memory import MeasurementUnavailable, Probe, peak_bytes
 from harness.api.trial import Trial, problems_for
-from harness.engine.guarded_call import as_numpy
 from protocol.dense_adapters import unchecked_decoys
 from specs.dtypes import numpy_dtype
 from specs.problems import build

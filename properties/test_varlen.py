@@ -14,13 +14,12 @@ import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
+from harness.api import CallFailed, backward_of
 from harness.api.assertions import names
 from harness.api.explain import judge_sequence_gradients
 from harness.api.face_calls import call_face, expect_face_raised, face_output
 from harness.api.markers import checks
 from harness.api.trial import Trial
-from harness.engine.backward import backward_of
-from harness.engine.guarded_call import CallFailed
 from properties.face_checks import check_sequence, source_problems
 from specs.problems import build
 from specs.tolerance import ToleranceUndefined, gradient_allowance
@@ -32,7 +31,7 @@ TAIL = 3  # rows past cu_seqlens[-1]
 def _script(target: str, tensors: str, lengths_q: list[int], lengths_k: list[int], unused: int, tail: int,
             extra: dict, fill: str = "garbage") -> str:
     return "\n".join([
-        "from harness.engine.guarded_call import handed_over",
+        "from harness.api import handed_over",
         "from specs.varlen import pack_sequences",
         f"packed = pack_sequences(q, k, v, {lengths_q}, {lengths_k}, unused_k={unused}, tail={tail}, fill={fill!r})",
         f"args, kw = handed_over(packed.arrays, {{**packed.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",
@@ -147,7 +146,7 @@ def test_each_packed_sequence_has_its_own_gradients(variant, data):
         (len(packed.q), problem.q.shape[1], problem.v.shape[-1])).astype(trial.dtype)
     d_out[int(packed.cu_seqlens_q[-1]):] = 0
     script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, TAIL, {}) + \
-        "\n# then the gradients: harness.engine.backward.backward_of on load_impl(...).face('varlen')"
+        "\n# then the gradients: harness.api.backward_of on load_impl(...).face('varlen')"
     face = replace(variant.impl, fn=variant.impl.face("varlen"))
     keywords = {"cu_seqlens_q": packed.cu_seqlens_q, "cu_seqlens_k": packed.cu_seqlens_k, **packed.keywords,
                 **problem.handed(variant.dtype).kwargs()}

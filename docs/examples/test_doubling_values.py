@@ -3,8 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.api.markers import checks
-from harness.api.trial import Trial, problems_for
+from harness.api import Trial, checks, problems_for
 
 
 @checks("output-is-weighted-sum-of-values")

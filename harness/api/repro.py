@@ -3,26 +3,62 @@ default it runs the property's comparison with the oracle and prints the verdict
 
 from __future__ import annotations
 
+import ast
 import re
+from collections.abc import Callable
 
 import numpy as np
 
 from harness.api.assertions import compare
 from harness.engine.call_state import seeding_lines
+from harness.engine.guarded_call import handed_over
+from protocol.registry import Impl
 from specs.dtypes import EXTENSION_DTYPES, is_extension
 from specs.problems import STEP_IMPORTS, Problem
 from specs.tolerance import Allowance
 
-# what a derivation step may use (specs.problems.STEP_IMPORTS), then what the snippet itself needs
+# what a derivation step may use (specs.problems.STEP_IMPORTS), then what the snippet itself may need: a snippet
+# imports the names of these it uses (imports_used)
 IMPORTS = (
     *STEP_IMPORTS,
-    "from harness.engine.guarded_call import as_float64",
-    "from harness.api.repro import verdict",
+    "from harness.api import as_float64, numpy_facing, verdict",
     "from protocol.registry import load_impl",
     "from specs.layouts import to_layout",
     "from specs.reference import attention",
     "from specs.tolerance import forward_allowance",
 )
+
+
+def imports_used(imports: tuple[str, ...], body: str) -> list[str]:
+    """The lines of `imports` that `body` (Python source) needs: each `from m import ...` cut to the names the body
+    reads, an `import m as x` kept where it reads x."""
+    read = {node.id for node in ast.walk(ast.parse(body)) if isinstance(node, ast.Name)}
+    kept = []
+    for line in imports:
+        module, _, names = line.partition(" import ")
+        if not module.startswith("from "):
+            if line.split()[-1] in read:
+                kept.append(line)
+            continue
+        used = [name for name in names.split(", ") if name in read]
+        if used:
+            kept.append(f"{module} import {', '.join(used)}")
+    return kept
+
+
+def numpy_facing(impl: Impl) -> Callable:
+    """impl's function, called with NumPy q, k, v and keyword arrays whatever it takes (Capabilities.tensors): a
+    tensors="torch" implementation is handed torch tensors sharing their memory, as the suite hands them; the
+    output comes back as the implementation returns it."""
+    tensors = impl.capabilities.tensors
+    if tensors == "numpy":
+        return impl.fn
+
+    def call(*arrays, **kwargs):
+        arrays, kwargs = handed_over(arrays, kwargs, tensors)
+        return impl.fn(*arrays, **kwargs)
+
+    return call
 
 
 def verdict(got: np.ndarray, expected: np.ndarray, allowance: Allowance, *, what: str = "out",
@@ -63,17 +99,18 @@ def index_code(index: tuple) -> str:
 
 
 def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
-                  call_line: str | None = None, script: str | None = None, past_range: bool = False) -> str:
-    """Rebuild `problem`, load the implementation `target`, lay the inputs out as the property did, then
-    run `script` if given, else `call_line` (default: call_line_for({})) and, when it assigns `out`, print the
-    verdict of that output against the oracle within specs.tolerance.forward_allowance (`past_range` as the trial
-    judged it).
+                  call_line: str | None = None, script: str | None = None, past_range: bool = False,
+                  tensors: str = "numpy") -> str:
+    """Rebuild `problem`, load the implementation `target` (called with NumPy arrays however it takes them,
+    `tensors`: numpy_facing), lay the inputs out as the property did, then run `script` if given, else `call_line`
+    (default: call_line_for({})) and, when it assigns `out`, print the verdict of that output against the oracle
+    within specs.tolerance.forward_allowance (`past_range` as the trial judged it). It imports what it uses.
     Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
     problem.check_code()
+    load = f"load_impl({target!r})"
     lines = [
-        *IMPORTS,
         problem.code(),
-        f"fn = load_impl({target!r}).fn",
+        f"fn = {load}.fn" if tensors == "numpy" else f"fn = numpy_facing({load})",
         cast_line(dtype),
     ]
     if problem.has_mod_arrays and dtype != "float64":
@@ -81,15 +118,20 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
     if layout != "contiguous":
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
     if script is not None:
-        return "\n".join(lines + [script])
+        return _with_imports(lines + [script])
     call = call_line or call_line_for({})
     lines.append(call)
     if not re.search(r"^out = ", call, re.MULTILINE):
-        return "\n".join(lines)  # the call computes something else (a backward's dq, dk, dv): it ends the snippet
+        return _with_imports(lines)  # the call computes something else (a backward's dq, dk, dv): it ends there
     past = ", past_range=True" if past_range else ""
     lines += [
         f"oracle, allowance = forward_allowance(*(x.astype(float) for x in (q, k, v)), dtype={dtype!r}{past}, "
         f"**p.kwargs(), causal_alignment={causal_alignment!r})",
         "print(verdict(as_float64(out), oracle.out, allowance))",
     ]
-    return "\n".join(lines)
+    return _with_imports(lines)
+
+
+def _with_imports(lines: list[str]) -> str:
+    body = "\n".join(lines)
+    return "\n".join([*imports_used(IMPORTS, body), body])

@@ -215,7 +215,8 @@ class Trial:
         problem = problem or self.problem
         repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
                               layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,
-                              call_line=call_line, script=script, past_range=self.past_range)
+                              call_line=call_line, script=script, past_range=self.past_range,
+                              tensors=self.variant.capabilities.tensors)
         fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim)
         violation = PropertyViolation(summary, **fields)
         running = RUNNING.get()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.api.evidence import PropertyViolation
-from harness.api.repro import repro_snippet, verdict
+from harness.api.repro import imports_used, repro_snippet, verdict
 from harness.api.trial import Trial, check_against_oracle
 from properties import test_masking, test_regimes, test_symmetry
 from properties.gradient_checks import GRADIENT_DROPOUT_P, check_gradients
@@ -44,6 +44,42 @@ def test_the_repro_of_an_input_the_implementation_gets_right_prints_pass(capsys)
         snippet = repro_snippet(problem, target=target, dtype="float64", layout="contiguous",
                                 causal_alignment="top_left")
         assert _printed(snippet, capsys)[0].startswith(first), target
+
+
+def torch_keys_reversed(q, k, v, *, scale=None):
+    """Takes torch tensors (forward only): the keys in reverse order, the values not, a wrong pairing."""
+    import torch
+
+    weights = torch.softmax(q @ k.flip(-2).transpose(-1, -2) * (scale or q.shape[-1] ** -0.5), dim=-1)
+    return weights @ v
+
+
+torch_keys_reversed.attention_capabilities = {"tensors": "torch", "differentiable": False}
+
+
+def test_the_repro_of_a_torch_implementation_hands_it_tensors_and_prints_fail(capsys):
+    """An implementation that takes torch tensors gets them in its repro as the suite gave them (numpy_facing), so
+    the snippet runs to the same FAIL instead of raising on a NumPy input."""
+    pytest.importorskip("torch")
+    with pytest.raises(PropertyViolation) as failure:
+        check_against_oracle(Variant(load_impl(f"{__name__}:torch_keys_reversed"), "float64"),
+                             build(n_q=3, n_k=4, d=2, d_v=2, seed=5))
+    assert "fn = numpy_facing(load_impl(" in failure.value.repro
+    printed = _printed(failure.value.repro, capsys)
+    assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
+    assert printed[1:] == list(failure.value.details)
+
+
+def test_a_repro_imports_only_what_it_reads():
+    """The snippet of a plain problem reads build, load_impl, forward_allowance, verdict and as_float64: nothing of
+    specs.examples, specs.fill, to_layout or the oracle's attention is imported."""
+    snippet = repro_snippet(build(n_q=2, n_k=3, seed=1), target=RIGHT, dtype="float64", layout="contiguous",
+                            causal_alignment="top_left")
+    imports = [line for line in snippet.splitlines() if line.startswith(("import ", "from "))]
+    assert imports == ["from specs.problems import build", "from harness.api import as_float64, verdict",
+                       "from protocol.registry import load_impl", "from specs.tolerance import forward_allowance"]
+    assert imports_used(("import numpy as np", "from a import b, c"), "x = np.zeros(1)\nc(x)") == [
+        "import numpy as np", "from a import c"]
 
 
 def test_the_verdict_words_both_outcomes():

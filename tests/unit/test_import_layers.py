@@ -1,6 +1,7 @@
 """The import graph's contracts (pyproject's [tool.importlinter], run by the lint env's `lint-imports`) hold for
 the tree as it is, and each kind of breakage fails them: an upward import between the layers, the harness
-importing an implementation, and a circle inside the CUDA runtime. Run on a copy of the packages' sources."""
+importing an implementation, a property importing harness.engine, and a circle inside the CUDA runtime. Run on a
+copy of the packages' sources."""
 
 from __future__ import annotations
 
@@ -50,9 +51,10 @@ def test_the_tree_keeps_every_contract(tmp_path):
     ("protocol/registry.py", "import impls.records  # noqa", "specs < protocol < impls"),
     ("harness/engine/verdicts.py", "import impls.numpy.numpy_reference  # noqa", "never imports an implementation"),
     ("harness/engine/guarded_call.py", "import harness.reporting.report  # noqa", "the harness's jobs"),
+    ("properties/test_formula.py", "import harness.engine.verdicts  # noqa", "its public API"),
     ("impls/cuda/runtime/launch.py", "import impls.cuda.runtime.on_cpu  # noqa", "the CUDA runtime"),
 ], ids=["specs-imports-protocol", "protocol-imports-impls", "harness-imports-an-impl", "engine-imports-reporting",
-        "runtime-circle"])
+        "property-imports-the-engine", "runtime-circle"])
 def test_each_kind_of_breakage_fails_its_contract(tmp_path, module, line, contract):
     tree = _copy(tmp_path)
     _plant(tree, module, line)
