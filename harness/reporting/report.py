@@ -116,24 +116,15 @@ def _markdown_readings(report: dict) -> list[str]:
     return out
 
 
-def _markdown(report: dict) -> str:
-    claims, cells = grid(report)
+def _markdown_bug_reports(report: dict, unexpected: bool) -> list[str]:
+    """The bug reports of the failures and errors no row declares (`unexpected`), or of the declared ones."""
     by_slug = {c["slug"]: c for c in report["claims"]}
-    subjects = report["impls"]
-    out = ["# Attention claims x implementations", ""]
-    s = report["summary"]
-    out.append(f"{len(claims)} claims checked on {len(subjects)} subjects in {report['duration_s']} s "
-               f"(profile {report['profile']}): {s['pass']} pass, {s['expected_fail']} declared fail, "
-               f"{s['unexpected_fail']} unexpected fail, {s['error']} error, {s['skip']} skip.")
-    out += ["", "Columns:", ""] + [f"{i + 1}. `{name}`" for i, name in enumerate(subjects)] + [""]
-    out.append("| claim | " + " | ".join(str(i + 1) for i in range(len(subjects))) + " |")
-    out.append("|---|" + "---|" * len(subjects))
-    for slug in claims:
-        out.append(f"| `{slug}` | " + " | ".join(verdict_symbol(cells.get((slug, x))) for x in subjects) + " |")
-    out += ["", "`+` pass, `F` fail, `x` declared fail, `E` error, `s` skip, `.` not applicable", ""]
-    out += _markdown_readings(report)
-    failures = [v for v in report["verdicts"] if v["status"] in ("fail", "error")]
-    out += ["## Bug reports", ""]
+    failures = [v for v in report["verdicts"]
+                if v["status"] in ("fail", "error") and bool(v.get("expected")) != unexpected]
+    title = "Unexpected failures" if unexpected else "Declared failures"
+    out = [f"## {title} ({len(failures)})", ""]
+    if not failures:
+        out += ["None." if unexpected else "None declared.", ""]
     for v in failures:
         claim = by_slug.get(v["claim"], {})
         label = "declared" if v.get("expected") else "UNEXPECTED"
@@ -147,6 +138,29 @@ def _markdown(report: dict) -> str:
         if repro:
             out += ["", "```python", repro, "```"]
         out.append("")
+    return out
+
+
+def _markdown(report: dict) -> str:
+    """The report as Markdown, leading with what needs a reader: the unexpected failures, then the declared ones,
+    then the readings, the claims grid and the rest."""
+    claims, cells = grid(report)
+    subjects = report["impls"]
+    out = ["# Attention claims x implementations", ""]
+    s = report["summary"]
+    out.append(f"{len(claims)} claims checked on {len(subjects)} subjects in {report['duration_s']} s "
+               f"(profile {report['profile']}): {s['pass']} pass, {s['expected_fail']} declared fail, "
+               f"{s['unexpected_fail']} unexpected fail, {s['error']} error, {s['skip']} skip.")
+    out.append("")
+    out += _markdown_bug_reports(report, unexpected=True)
+    out += _markdown_bug_reports(report, unexpected=False)
+    out += _markdown_readings(report)
+    out += ["## Claims grid", "", "Columns:", ""] + [f"{i + 1}. `{name}`" for i, name in enumerate(subjects)] + [""]
+    out.append("| claim | " + " | ".join(str(i + 1) for i in range(len(subjects))) + " |")
+    out.append("|---|" + "---|" * len(subjects))
+    for slug in claims:
+        out.append(f"| `{slug}` | " + " | ".join(verdict_symbol(cells.get((slug, x))) for x in subjects) + " |")
+    out += ["", "`+` pass, `F` fail, `x` declared fail, `E` error, `s` skip, `.` not applicable", ""]
     if report.get("headroom"):
         out += ["## Headroom", "", "Largest error / allowed among the comparisons each implementation passed "
                 "(1 would be at the tolerance):", ""]

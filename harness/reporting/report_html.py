@@ -122,13 +122,14 @@ def _matrix(report: dict, bugs: dict) -> str:
             "s skip, . not applicable. Hover a cell for its detail; a letter links to its bug report.</p>")
 
 
-def _bug_reports(report: dict, figures: list[dict], bugs: dict) -> str:
+def _bug_reports(report: dict, figures: list[dict], bugs: dict, unexpected: bool) -> str:
+    """The bug reports of the failures and errors no row declares (`unexpected`), or of the declared ones."""
     by_slug = {c["slug"]: c for c in report["claims"]}
     pictures = {(f["claims"][0], f["impl"]): f for f in figures if f["source"] == "counterexample"}
     parts = []
     for v in report["verdicts"]:
         key = (v["claim"], v["impl"])
-        if key not in bugs:
+        if key not in bugs or bool(v.get("expected")) == unexpected:
             continue
         claim = by_slug.get(v["claim"], {})
         label = "declared" if v.get("expected") else '<span class="unexpected">UNEXPECTED</span>'
@@ -141,7 +142,7 @@ def _bug_reports(report: dict, figures: list[dict], bugs: dict) -> str:
             f"{esc(claim.get('original', ''))}</p>" + (f"<p>why: {esc(v['why'])}</p>" if v.get("why") else "")
             + f"<pre>{esc(v['detail'])}</pre>" + (f"<pre>{esc(repro)}</pre>" if repro else "") + picture
             + "</section>")
-    return "".join(parts)
+    return "".join(parts) or f"<p>{'None.' if unexpected else 'None declared.'}</p>"
 
 
 def render_html(report: dict) -> str:
@@ -150,9 +151,12 @@ def render_html(report: dict) -> str:
     bugs = bug_ids(report)
     s = report["summary"]
     checked = len({v["claim"] for v in report["verdicts"]})
-    contents = ["readings", "worked-examples", "matrix", "bugs", "not-checkable", "not-run"]
-    titles = {"readings": "Readings", "worked-examples": "Worked examples", "matrix": "Claims by seed",
-              "bugs": "Bug reports", "not-checkable": "Not checkable", "not-run": "Not run on this machine"}
+    # what needs a reader first: the unexpected failures, then the declared ones, then the readings
+    contents = ["unexpected", "declared", "readings", "worked-examples", "matrix", "not-checkable", "not-run"]
+    titles = {"unexpected": f"Unexpected failures ({s['unexpected_fail'] + s['error']})",
+              "declared": f"Declared failures ({s['expected_fail']})", "readings": "Readings",
+              "worked-examples": "Worked examples", "matrix": "Claims by seed", "not-checkable": "Not checkable",
+              "not-run": "Not run on this machine"}
     nav = "".join(f'<li><a href="#{key}">{titles[key]}</a></li>' for key in contents)
     notes = "".join(f"<li>{esc(n)}</li>" for n in figures_section["notes"])
     worked = "".join(_figure(f) for f in figures if f["source"] == "worked-examples")
@@ -167,10 +171,11 @@ def render_html(report: dict) -> str:
         f"<span class=\"{'unexpected' if s['unexpected_fail'] else ''}\">{s['unexpected_fail']} unexpected "
         f"fail</span>, {s['error']} error, {s['skip']} skip.</p><nav><ol>{nav}</ol></nav>"
         + (f"<ul>{notes}</ul>" if notes else "")
-        + f'<h2 id="readings">Readings</h2>{_reading_sections(report, figures, bugs)}'
+        + f'<h2 id="unexpected">{titles["unexpected"]}</h2>{_bug_reports(report, figures, bugs, unexpected=True)}'
+        f'<h2 id="declared">{titles["declared"]}</h2>{_bug_reports(report, figures, bugs, unexpected=False)}'
+        f'<h2 id="readings">Readings</h2>{_reading_sections(report, figures, bugs)}'
         f'<h2 id="worked-examples">Worked examples</h2>{worked}'
         f'<h2 id="matrix">Claims by seed</h2>{_matrix(report, bugs)}'
-        f'<h2 id="bugs">Bug reports</h2>{_bug_reports(report, figures, bugs)}'
         f'<h2 id="not-checkable">Not checkable</h2><ul>{not_checkable}</ul>'
         f'<h2 id="not-run">Not run on this machine</h2><ul>{not_run or "<li>everything ran</li>"}</ul>'
         f"{html_section(report['kernels']) if report.get('kernels') else ''}</body></html>\n")

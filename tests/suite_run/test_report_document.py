@@ -1,6 +1,6 @@
-"""report.html and report.md read as a document: readings with their verdicts and pictures, claims grouped
-by seed and section under implementation names, failing cells linked to bug reports that show the
-counterexample's weights."""
+"""report.html and report.md read as a document: the unexpected failures first, then the declared ones, readings
+with their verdicts and pictures, claims grouped by seed and section under implementation names, failing cells
+linked to bug reports that show the counterexample's weights."""
 
 from __future__ import annotations
 
@@ -88,6 +88,25 @@ def test_failing_cells_link_to_bug_reports_with_the_counterexample_weights(run):
     html = (directory / "report.html").read_text()
     assert re.search(r'<section class="bug" id="bug-\d+">.*?sdpa-formula.*?keys_reversed.*?<img src="figures/'
                      r'counterexample-sdpa-formula', html, re.S)
+
+
+def test_both_documents_lead_with_the_unexpected_failures_then_the_declared_ones(run):
+    """What needs a reader comes first: every unexpected failure's bug report, then every declared one's, then the
+    readings and the grid."""
+    done, directory, _ = run
+    failed = [v for v in done.report["verdicts"] if v["status"] in ("fail", "error")]
+    unexpected = sum(not v["expected"] for v in failed)
+    assert unexpected and len(failed) > unexpected, "the run must show both kinds"
+    markdown = (directory / "report.md").read_text()
+    html = (directory / "report.html").read_text()
+    for text, heads in ((markdown, ("## Unexpected failures", "## Declared failures", "## Readings", "## Claims grid")),
+                        (html, ('<h2 id="unexpected">', '<h2 id="declared">', '<h2 id="readings">',
+                                '<h2 id="matrix">'))):
+        positions = [text.index(head) for head in heads]
+        assert positions == sorted(positions), heads
+        first = text[positions[0]:positions[1]]
+        assert first.count("UNEXPECTED") == unexpected and "declared)" not in first
+        assert text[positions[1]:positions[2]].count("declared)") == len(failed) - unexpected
 
 
 def test_claims_are_grouped_by_seed_and_section_with_their_sentences(run):
