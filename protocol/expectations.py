@@ -16,9 +16,9 @@ A row is keyed by (subject, claim, dtype, deviation): no two rows share a key. A
 several deviations; a failure of the claim is declared only when the cell's deviations explain every element of the
 example (harness.engine.explanation), so a row covers what its deviation predicts and nothing else. A record (a
 function decorated with protocol.registry.attention_impl) takes the rows of its name when it is loaded; an outside
-implementation declares its own in `fn.known_defects`, parsed into the same Row (protocol.known_defects). The
-harness makes a row nothing caught under the `ci` profile an error. The rows are checked at a run's start against
-the records and the claims (harness.pytest_plugin.stale_rows).
+implementation declares its own in `fn.attention_expectations`, parsed into the same Expectation
+(protocol.expectation_rows). The harness makes a row nothing caught under the `ci` profile an error. The rows are
+checked at a run's start against the records and the claims (harness.pytest_plugin.stale_rows).
 
 TOML rather than a Python module: the table is data a reviewer reads as a diff, with no code that could compute a
 row, and accept mode (harness.pytest_plugin.accept) writes the same form back from a run.
@@ -30,7 +30,7 @@ import functools
 import tomllib
 from pathlib import Path
 
-from protocol.known_defects import DefectDeclarationError, Row, parse_row
+from protocol.expectation_rows import Expectation, ExpectationError, parse_row
 from specs.tolerance import SUPPORTED_DTYPES
 
 _TABLES: list[Path] = []  # the tables of the records' packages (impls registers impls/expectations.toml)
@@ -65,7 +65,7 @@ def _names(entry: dict, key: str, where: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def parse_table(text: str, source: str = "the expectations table") -> tuple[Row, ...]:
+def parse_table(text: str, source: str = "the expectations table") -> tuple[Expectation, ...]:
     """Every row of a table's TOML `text`, validated; `source` names it in error messages."""
     try:
         data = tomllib.loads(text)
@@ -74,7 +74,7 @@ def parse_table(text: str, source: str = "the expectations table") -> tuple[Row,
     unknown = sorted(set(data) - {SECTION})
     if unknown:
         raise ExpectationTableError(f"{source}: unknown sections {unknown}; a table holds [[{SECTION}]] rows")
-    rows: list[Row] = []
+    rows: list[Expectation] = []
     seen: dict[tuple[str, str, str, str], str] = {}
     for number, raw in enumerate(data.get(SECTION, []), 1):
         where = f"{source}: row {number}"
@@ -85,7 +85,7 @@ def parse_table(text: str, source: str = "the expectations table") -> tuple[Row,
                 try:
                     row = parse_row(subject, claim, entry, SUPPORTED_DTYPES, f"{where} ({subject}, {claim})",
                                     table=True)
-                except DefectDeclarationError as exc:
+                except ExpectationError as exc:
                     raise ExpectationTableError(str(exc)) from None
                 for dtype in row.dtypes:
                     key = (subject, claim, dtype, row.deviation.describe())
@@ -98,23 +98,23 @@ def parse_table(text: str, source: str = "the expectations table") -> tuple[Row,
 
 
 @functools.cache
-def _load(path: Path) -> tuple[Row, ...]:
+def _load(path: Path) -> tuple[Expectation, ...]:
     return parse_table(path.read_text(encoding="utf-8"), str(path.name))
 
 
-def load_table(path: Path | None = None) -> tuple[Row, ...]:
+def load_table(path: Path | None = None) -> tuple[Expectation, ...]:
     """The rows of the table at `path`, or of every registered table (read once)."""
     paths = tuple(_TABLES) if path is None else (Path(path),)
     return tuple(row for table in paths for row in _load(table))
 
 
-def rows_for(subject: str, dtypes: tuple[str, ...], path: Path | None = None) -> tuple[Row, ...]:
+def rows_for(subject: str, dtypes: tuple[str, ...], path: Path | None = None) -> tuple[Expectation, ...]:
     """The rows of `subject` in every registered table (or the one at `path`), an implementation that runs in
     `dtypes` (a row naming another dtype is an error)."""
     rows = tuple(row for row in load_table(path) if row.subject == subject)
     for row in rows:
         stray = [d for d in row.dtypes if d not in dtypes]
         if stray:
-            raise DefectDeclarationError(f"the expectations table's row ({subject}, {row.claim}) names dtypes "
+            raise ExpectationError(f"the expectations table's row ({subject}, {row.claim}) names dtypes "
                                          f"{stray}, which are not among the record's {dtypes}")
     return rows

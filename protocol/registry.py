@@ -3,12 +3,11 @@
 An implementation is `fn(q, k, v, *, scale=None, causal=False, mask=None) -> out`.
 Keywords present in the signature are features it has; the optional attribute
 `fn.attention_capabilities` (a dict) refines the rest; `fn.attention_backward`, when present, is the
-implementation's own backward pass; `fn.known_defects`
-declares the claims it is known to break, each scoped to how it fails
-(protocol.known_defects: dtypes, a regex on the message, properties). Built-in records
-use the `attention_impl` decorator, which only sets those same attributes, so
-one mechanism reads built-in and outside implementations alike; a record's
-known defects are the rows of its name in impls/expectations.toml (protocol.expectations);
+implementation's own backward pass; `fn.attention_expectations` (formerly `fn.known_defects`, still read)
+declares the claims it is known to break, each row naming the documented deviation that explains how
+(protocol.expectation_rows). Built-in records use the `attention_impl` decorator, which only sets those same
+attributes, so one mechanism reads built-in and outside implementations alike; a record's expectations are the
+rows of its name in impls/expectations.toml (protocol.expectations);
 the list of built-in records is impls.records. Besides the dense face, an implementation may offer the varlen and
 kv-cache faces (protocol.faces, the capability `faces`); the dense problems reach the first of them through
 protocol.dense_adapters.
@@ -23,14 +22,15 @@ import importlib.util
 import inspect
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.dense_adapters import dense_through
+from protocol.expectation_rows import Expectation, ExpectationError, declared_expectations, parse_expectations
 from protocol.expectations import rows_for
 from protocol.faces import FEATURE_KEYWORDS, FaceError, check_faces, face_features, face_functions
-from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
 from protocol.sharded_adapter import dense_over_ranks
 from protocol.triton_interpreter import interpret_without_gpu
 from specs.sharding import LAYOUTS
@@ -165,7 +165,7 @@ class Impl:
     target: str
     fn: Callable = field(repr=False)  # the dense face (through protocol.dense_adapters when not its own)
     capabilities: Capabilities
-    known_defects: tuple[Row, ...]
+    expectations: tuple[Expectation, ...]  # the rows that declare what it is known to get wrong
     backend: str
     unavailable: str | None = None  # why it cannot run on this machine
     faces: dict = field(default_factory=dict, repr=False)  # face -> its own function (protocol.faces)
@@ -177,7 +177,13 @@ class Impl:
         return self.faces[name]
 
     def declared_claims(self) -> set[str]:
-        return {scope.claim for scope in self.known_defects}
+        return {row.claim for row in self.expectations}
+
+    @property
+    def known_defects(self) -> tuple[Expectation, ...]:
+        """Deprecated name of `expectations` (docs/glossary.md)."""
+        warnings.warn("Impl.known_defects is deprecated: read Impl.expectations", DeprecationWarning, stacklevel=2)
+        return self.expectations
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,8 +208,8 @@ def attention_impl(*, name: str, backend: str, probe: Callable[[], str | None] |
 
     if backend not in BACKENDS:
         raise ValueError(f"{name}: backend {backend!r} is not one of {BACKENDS}")
-    if "known_defects" in capabilities:
-        raise ValueError(f"{name}: a record's known defects are its rows in impls/expectations.toml "
+    if {"attention_expectations", "expectations", "known_defects"} & capabilities.keys():
+        raise ValueError(f"{name}: a record's expectations are its rows in impls/expectations.toml "
                          f"(subject = {name!r}), not an attention_impl argument")
 
     def declare(fn: Callable) -> Callable:
@@ -331,9 +337,9 @@ def load_impl(target: str) -> Impl:
                               tile_keywords=capabilities.tile_keywords)
     name = getattr(fn, "attention_name", target)
     try:
-        known = parse_known_defects(getattr(fn, "known_defects", None), capabilities.dtypes, target)
+        known = parse_expectations(declared_expectations(fn, target), capabilities.dtypes, target)
         known += rows_for(name, capabilities.dtypes)  # the table's rows of its name (a record's, the zoo's, ...)
-    except DefectDeclarationError as exc:
+    except ExpectationError as exc:
         raise ImplLoadError(str(exc)) from None
     probe = getattr(fn, "attention_probe", None)
     return Impl(
@@ -341,7 +347,7 @@ def load_impl(target: str) -> Impl:
         target=target,
         fn=dense,
         capabilities=capabilities,
-        known_defects=known,
+        expectations=known,
         backend=getattr(fn, "attention_backend", "user"),
         unavailable=probe() if probe else None,
         faces=functions,

@@ -29,7 +29,7 @@ def per_record(report: dict) -> dict[str, dict]:
         entry = records.setdefault(verdict["impl"], {"pass": 0, "fail": 0, "error": 0, "skip": 0,
                                                       "failing_claims": [], "declared_failures": []})
         entry[verdict["status"]] = entry.get(verdict["status"], 0) + 1
-        if verdict["status"] == "fail" and verdict.get("expected"):
+        if verdict["status"] == "fail" and verdict.get("declared"):
             entry["declared_failures"].append(verdict["claim"])
         elif verdict["status"] in ("fail", "error"):
             detail = (verdict.get("detail") or "").strip().splitlines()
@@ -41,7 +41,7 @@ def per_record(report: dict) -> dict[str, dict]:
 def summarise(report: dict) -> dict:
     return {"summary": report.get("summary"), "records": per_record(report),
             "unavailable": report.get("unavailable", []), "kernels": report.get("kernels"),
-            "uncaught_declared_defects": report.get("uncaught_declared_defects", [])}
+            "uncaught_expectations": report.get("uncaught_expectations", [])}
 
 
 def properties_step(reason: str | None, limit_s: float) -> dict:

@@ -36,7 +36,7 @@ MARKS = {"pass": "pass", "refutes": "refutes the seed", "finding": "**finding**"
 def _cell(verdict: dict, scripts: dict[tuple[str, str], list[str]]) -> str:
     """pass, skip, fail or error as the run says; an expected failure is a finding where a row of the peer declares
     it, else the refutation of a seed sentence false as written (every implementation refutes it)."""
-    if verdict["status"] == "fail" and verdict["expected"]:
+    if verdict["status"] == "fail" and verdict["declared"]:
         return "finding" if scripts.get((_peer(verdict["impl"]), verdict["claim"])) else "refutes"
     return verdict["status"]
 
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
         return 2
     Path(argv[1]).write_text(render(report), encoding="utf-8")
     unexpected = sorted({f"{v['impl']} {v['claim']}" for v in report["verdicts"]
-                         if v["status"] in ("fail", "error") and not v["expected"]})
+                         if v["status"] in ("fail", "error") and not v["declared"]})
     if unexpected:  # the page is written either way; the exit says whether every failure is a declared finding
         print(f"tools.peers_page: {len(unexpected)} unexpected failures (listed on the page): "
               f"{', '.join(unexpected[:10])}", file=sys.stderr)

@@ -43,7 +43,7 @@ def _cells(report: dict) -> dict[tuple[str, str], dict]:
 def declared_cells(report: dict) -> list[tuple[str, str]]:
     """The (variant, claim) cells whose failure a declared deviation explained (not a refuted seed sentence)."""
     return sorted(key for key, v in _cells(report).items()
-                  if v["status"] == "fail" and v.get("expected") and not v.get("why", "").startswith(REFUTED))
+                  if v["status"] == "fail" and v.get("declared") and not v.get("why", "").startswith(REFUTED))
 
 
 def _old_rows(path: Path) -> list[dict]:
@@ -76,9 +76,9 @@ def judge(run: dict, twin: dict, old_rows: list[dict] | None = None) -> dict:
         verdict = twin_cells.get(key)
         if verdict is None or verdict["status"] not in ("fail", "error"):
             result["not reached"].append(list(key))
-        elif verdict.get("expected") and verdict.get("why", "").startswith(REFUTED):
+        elif verdict.get("declared") and verdict.get("why", "").startswith(REFUTED):
             result["refuted"].append(list(key))
-        elif verdict.get("expected"):
+        elif verdict.get("declared"):
             result["hidden"].append(list(key))
         else:
             result["caught"].append(list(key))

@@ -30,7 +30,7 @@ from harness.engine.call_replay import recording, replaying
 from harness.engine.declarations import RUNNING, DeclaredExample, RunningCheck
 from harness.engine.explanation import DeviationRun, ExplainedStop, active, deviation_mode
 from harness.engine.shared_draws import is_data
-from protocol.known_defects import Row
+from protocol.expectation_rows import Expectation
 
 PAIRED = 8  # accept mode tries pairs among this many first candidates
 
@@ -83,24 +83,24 @@ def explain(run_again: Callable[[], None], deviation_run: DeviationRun) -> None:
                                     f"{deviation_run.summary() or 'nothing'}") from None
 
 
-def _declare(running: RunningCheck, claims: tuple[str, ...], rows: tuple[Row, ...], failure: PropertyViolation,
+def _declare(running: RunningCheck, claims: tuple[str, ...], rows: tuple[Expectation, ...], failure: PropertyViolation,
              deviation_run: DeviationRun) -> None:
     """Record the example as one the rows' deviations explained."""
     if not deviation_run.fired:
         return
-    indices = tuple(i for i, row in enumerate(running.variant.impl.known_defects)
+    indices = tuple(i for i, row in enumerate(running.variant.impl.expectations)
                     if row in rows and row.deviation.describe() in deviation_run.fired)
     running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
                                     failure.counterexample(), _problem_size(failure)))
 
 
-def _undeclared_for(claims: tuple[str, ...], rows: tuple[Row, ...], fired: set[str]) -> list[str]:
+def _undeclared_for(claims: tuple[str, ...], rows: tuple[Expectation, ...], fired: set[str]) -> list[str]:
     """The claims of the failure for which a deviation that fired is not declared."""
     return [claim for claim in claims
             if not fired <= {row.deviation.describe() for row in rows if row.claim == claim}]
 
 
-def _explains(run_again: Callable[[], None], rows: tuple[Row, ...]) -> DeviationRun | None:
+def _explains(run_again: Callable[[], None], rows: tuple[Expectation, ...]) -> DeviationRun | None:
     """The second run under `rows`, if it explains the example."""
     deviation_run = DeviationRun(rows)
     try:
@@ -118,12 +118,12 @@ def _accepted(running: RunningCheck, claims: tuple[str, ...], failure: PropertyV
     variant = running.variant
     declared = tuple(row.deviation for row in running.rows_for(claims))
     earlier = tuple(dict.fromkeys(deviation for claim, deviation in running.accepted if claim in claims))
-    own = [row.deviation for row in variant.impl.known_defects if variant.dtype in row.dtypes]
+    own = [row.deviation for row in variant.impl.expectations if variant.dtype in row.dtypes]
     tried = list(dict.fromkeys((*own, *candidates(failure))))
 
-    def rows_of(chosen) -> tuple[Row, ...]:
+    def rows_of(chosen) -> tuple[Expectation, ...]:
         deviations = tuple(dict.fromkeys((*declared, *earlier, *chosen)))
-        return tuple(Row(variant.impl.name, claim, "accepted", (variant.dtype,), deviation)
+        return tuple(Expectation(variant.impl.name, claim, "accepted", (variant.dtype,), deviation)
                      for claim in claims for deviation in deviations)
 
     found = _explains(run_again, rows_of(())) if earlier else None
@@ -141,7 +141,7 @@ def _accepted(running: RunningCheck, claims: tuple[str, ...], failure: PropertyV
            and row.deviation not in declared]
     running.accepted += [(claim, d) for claim in claims for d in dict.fromkeys(new)
                          if (claim, d) not in running.accepted]
-    indices = tuple(i for i, row in enumerate(variant.impl.known_defects)
+    indices = tuple(i for i, row in enumerate(variant.impl.expectations)
                     if row.claim in claims and row.deviation.describe() in found.fired)
     running.declare(DeclaredExample(claims, failure.message(), found.summary(), indices, failure.counterexample(),
                                     _problem_size(failure)))

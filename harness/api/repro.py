@@ -86,13 +86,14 @@ def cast_line(dtype: str) -> str:
 
 
 def index_code(index: tuple) -> str:
-    """Python source for an index tuple of Ellipsis, full slices and integer arrays."""
+    """Python source for the items of an index tuple of Ellipsis, full slices and integer arrays, as they are
+    written inside a tuple's parentheses (a full slice as slice(None): `:` is a subscript's syntax only)."""
     parts = []
     for item in index:
         if item is Ellipsis:
             parts.append("...")
         elif isinstance(item, slice) and item == slice(None):
-            parts.append(":")
+            parts.append("slice(None)")
         else:
             parts.append(repr(np.asarray(item).tolist()))
     return ", ".join(parts)

@@ -3,8 +3,9 @@
 A failure of claim C in property P on subject S is expected when
 - C is a seed sentence false as written (`holds = false`) and the failure's message matches C's `refutation`
   (harness.api.trial raises it as a DeclaredViolation), or
-- S is an implementation variant whose rows for C on its dtype (protocol.known_defects.Row: a built-in record's rows
-  of impls/expectations.toml, or an outside implementation's `fn.known_defects`) name deviations that explain the
+- S is an implementation variant whose expectations for C on its dtype (protocol.expectation_rows.Expectation: a
+  built-in record's rows of impls/expectations.toml, or an outside implementation's `fn.attention_expectations`)
+  name deviations that explain the
   failing example element by element (harness.api.explained_runs runs it again with them applied): the example is
   then recorded here as a declared failure and does not raise.
 Anything else is an unexpected failure.
@@ -77,7 +78,7 @@ class RunningCheck:
         """The subject's rows that declare a deviation for one of `claims` on its dtype."""
         if self.variant is None:
             return ()
-        return tuple(row for row in self.variant.impl.known_defects
+        return tuple(row for row in self.variant.impl.expectations
                      if row.claim in claims and self.variant.dtype in row.dtypes)
 
     def declare(self, example: DeclaredExample) -> None:

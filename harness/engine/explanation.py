@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from protocol.known_defects import Row
+from protocol.expectation_rows import Expectation
 from specs.deviations import Deviation
 
 
@@ -27,7 +27,7 @@ class ExplainedStop(Exception):
 class DeviationRun:
     """The deviations of one failing example's second run, and what each explained."""
 
-    rows: tuple[Row, ...]
+    rows: tuple[Expectation, ...]
     explained: list[tuple[str, str]] = field(default_factory=list)  # (deviation, where) in call order
     fired: set[str] = field(default_factory=set)  # the deviations that changed what the property saw
     calls: int = 0  # calls judged

@@ -167,7 +167,7 @@ def aggregate(outcomes: list[Outcome]) -> dict:
         if group:
             first = group[0]
             return {"status": status, "detail": first.detail, "counterexample": first.counterexample,
-                    "expected": status == "fail" and first.expected, "why": first.why,
+                    "declared": status == "fail" and first.expected, "why": first.why,
                     "tests": len(outcomes), "test": first.nodeid,
                     "failed_properties": sorted({o.prop for o in fails}),
                     "examples_to_failure": min((o.examples_to_failure for o in fails
@@ -188,7 +188,7 @@ def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
     long regime (the one where the deviation may fire), and whose deviation explained no failing example."""
     uncaught = []
     for variant in state.variants:
-        for index, scope in enumerate(variant.impl.known_defects):
+        for index, scope in enumerate(variant.impl.expectations):
             if variant.dtype not in scope.dtypes or (variant.name, index) in state.triggered:
                 continue
             outcomes = state.outcomes.get((scope.claim, variant.name), [])

@@ -17,22 +17,22 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from protocol.expectation_rows import Expectation
 from protocol.expectations import load_table
-from protocol.known_defects import Row
 from specs.deviations import deviation_from_fields
 
 WIDTH = 118  # the table's lines stay within 120 characters
 
 
 def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict,
-                  builtin: frozenset[str]) -> tuple[list[Row], list[str]]:
+                  builtin: frozenset[str]) -> tuple[list[Expectation], list[str]]:
     """The rows a run measured for `variants` (harness.engine.verdicts.RunState's variants, outcomes, triggered and
     accepted; `builtin`: the records' targets, whose table rows it rewrites), and one problem line per failure
     nothing explains."""
     ran = {v.impl.name for v in variants if v.impl.target in builtin}
     kept = [row for row in load_table() if row.subject not in ran]
     for variant in variants:
-        for index, row in enumerate(variant.impl.known_defects):
+        for index, row in enumerate(variant.impl.expectations):
             if (variant.name, index) in triggered and row not in kept:
                 kept.append(row)
     new: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (subject, deviation, claim) -> dtypes
@@ -46,7 +46,7 @@ def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict
     for (subject, described, claim), dtypes in new.items():
         name, params = fields[described]
         deviation = deviation_from_fields(name, params, "accept")
-        kept.append(Row(subject, claim, "measured by accept mode (say why)", tuple(sorted(dtypes)), deviation,
+        kept.append(Expectation(subject, claim, "measured by accept mode (say why)", tuple(sorted(dtypes)), deviation,
                         "here: accepted from a run (say where)"))
     problems = []
     for variant in variants:
@@ -60,15 +60,15 @@ def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict
     return _merged(kept), sorted(set(problems))
 
 
-def _merged(rows: Iterable[Row]) -> list[Row]:
+def _merged(rows: Iterable[Expectation]) -> list[Expectation]:
     """Rows of one subject, claim and deviation with several dtypes joined; sorted for a stable diff."""
     dtypes: dict[tuple, dict[str, None]] = defaultdict(dict)
-    first: dict[tuple, Row] = {}
+    first: dict[tuple, Expectation] = {}
     for row in rows:
         key = (row.subject, row.claim, row.deviation.describe())
         dtypes[key].update(dict.fromkeys(row.dtypes))
         first.setdefault(key, row)
-    merged = [Row(row.subject, row.claim, row.why, tuple(dtypes[key]), row.deviation, row.reported)
+    merged = [Expectation(row.subject, row.claim, row.why, tuple(dtypes[key]), row.deviation, row.reported)
               for key, row in first.items()]
     return sorted(merged, key=lambda row: (row.subject, row.deviation.describe(), row.dtypes, row.claim))
 
@@ -102,10 +102,10 @@ def _listed(key: str, items: list[str]) -> list[str]:
     return [*lines, line, "]"]
 
 
-def table_text(rows: Iterable[Row]) -> str:
+def table_text(rows: Iterable[Expectation]) -> str:
     """`rows` as impls/expectations.toml's TOML: one [[row]] per subject, deviation, dtypes, why and reported, its
     claims listed."""
-    groups: dict[tuple, list[Row]] = defaultdict(list)
+    groups: dict[tuple, list[Expectation]] = defaultdict(list)
     for row in rows:
         groups[(row.subject, row.deviation.describe(), row.dtypes, row.why, row.reported)].append(row)
     blocks = ["# Written by --accept-expectations: compare with impls/expectations.toml and review the diff."]

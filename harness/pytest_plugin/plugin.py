@@ -368,7 +368,7 @@ def _declared_outcomes(item: pytest.Item, report: pytest.TestReport, slugs, subj
         return False
     contribution.triggered = sorted({index for example in running.declared for index in example.rows})
     outcomes = declared_outcomes(slugs, item.originalname, item.nodeid, running.declared,
-                                 subject.impl.known_defects)
+                                 subject.impl.expectations)
     for slug, outcome in outcomes.items():
         outcome.examples_to_failure = running.count.first_failure
         contribution.add(slug, outcome)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from protocol.known_defects import Row
+from protocol.expectation_rows import Expectation
 
 
 def record_names(targets: Iterable[str]) -> set[str] | None:
@@ -27,7 +27,7 @@ def record_names(targets: Iterable[str]) -> set[str] | None:
     return names
 
 
-def stale_rows(rows: Iterable[Row], claims: Iterable[str], subjects: set[str] | None) -> list[str]:
+def stale_rows(rows: Iterable[Expectation], claims: Iterable[str], subjects: set[str] | None) -> list[str]:
     """One line per row naming a claim not in `claims` or a subject not in `subjects` (None: not checked)."""
     known = set(claims)
     problems = []

@@ -94,12 +94,12 @@ def missed(subject: str, catches: tuple[Catch, ...], report: dict) -> tuple[str,
             variant = f"{subject}[{dtype}]"
             expected.add((catch.claim, variant))
             verdict = found.get((catch.claim, variant))
-            if verdict is None or verdict["status"] != "fail" or verdict["expected"]:
+            if verdict is None or verdict["status"] != "fail" or verdict["declared"]:
                 problems.append(f"{variant}: {catch.claim} not caught; "
-                                f"{verdict and (verdict['status'], verdict['expected'], verdict['detail'][:300])}")
+                                f"{verdict and (verdict['status'], verdict['declared'], verdict['detail'][:300])}")
     problems += [f"{v['impl']}: {v['claim']} {v['status']} outside its catches: {v['detail'][:300]}"
                  for v in verdicts if v["status"] in ("fail", "error") and (v["claim"], v["impl"]) not in expected
-                 and not (v["status"] == "fail" and v["expected"])]
+                 and not (v["status"] == "fail" and v["declared"])]
     return tuple(problems)
 
 

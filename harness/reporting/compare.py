@@ -16,6 +16,7 @@ from harness.engine.verdicts import STATUSES
 from harness.reporting.report import SCHEMA
 
 SEVERITY = {"pass": 0, "skip": 0, "declared": 1, "fail": 2, "error": 2}
+READABLE_SCHEMAS = (SCHEMA - 1, SCHEMA)  # this layout and the one before (schema 1: `expected` for `declared`)
 KINDS = ("worse", "better", "changed", "added", "removed")
 
 
@@ -31,7 +32,8 @@ def _label(verdict: object, file: Path) -> tuple[tuple[str, str], str]:
     if status not in STATUSES:
         raise ReportError(f"{file}: {verdict['claim']} on {verdict['impl']} has status {status!r}, "
                           f"not one of {', '.join(STATUSES)}")
-    label = "declared" if status == "fail" and verdict.get("expected") else status
+    declared = verdict.get("declared", verdict.get("expected"))  # schema 1 called it `expected`
+    label = "declared" if status == "fail" and declared else status
     return (verdict["claim"], verdict["impl"]), label
 
 
@@ -49,10 +51,11 @@ def load_verdicts(path: Path) -> dict[tuple[str, str], str]:
     schema = report.get("schema") if isinstance(report, dict) else None
     if schema is None:
         raise ReportError(f"{file}: no schema field (not a report.json, or one written before reports had a "
-                          f"schema): write it again with this version, which reads schema {SCHEMA}")
-    if schema != SCHEMA:
+                          f"schema): write it again with this version, which writes schema {SCHEMA}")
+    if schema not in READABLE_SCHEMAS:
         raise ReportError(f"{file}: schema {schema!r}, which this version of attention-spec does not read "
-                          f"(it reads schema {SCHEMA}): compare with the version that wrote it")
+                          f"(it reads schemas {', '.join(map(str, READABLE_SCHEMAS))}): compare with the version that "
+                          "wrote it")
     verdicts = report.get("verdicts")
     if not isinstance(verdicts, list):
         raise ReportError(f"{file}: no list of verdicts")

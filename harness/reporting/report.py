@@ -2,12 +2,13 @@
 matrix: harness.reporting.report_text.terminal_lines).
 
 report.json holds at least
-  {"schema": 1, "impls": [names], "claims": [{"slug", "source", "statement"}],
+  {"schema": 2, "impls": [names], "claims": [{"slug", "source", "statement"}],
    "verdicts": [{"claim", "impl", "status", "detail", "counterexample"}]}
 with status one of pass, fail, skip, error; each verdict also says whether the
-failure was declared (`expected`) and why. `schema` is the version of this layout
-(SCHEMA), raised when a change would mislead a reader of older reports
-(`attention-spec compare` refuses versions it does not know).
+failure was declared (`declared`: an expectation's deviation or a false seed sentence explains it) and why.
+`schema` is the version of this layout (SCHEMA), raised when a change would mislead a reader of older reports
+(`attention-spec compare` reads this one and the one before, and refuses others). Schema 2 renamed two fields to the
+glossary's names (docs/glossary.md); the former names are still written beside them, deprecated (DEPRECATED_ALIASES).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from harness.reporting.report_text import exhibit_tables, grid, reading_claims, 
 from protocol.registry import Variant
 from specs.readings import READINGS
 
-SCHEMA = 1
+SCHEMA = 2
+# former field -> its glossary name, written beside it until schema 3: the verdicts' and the report's own
+DEPRECATED_ALIASES = {"verdicts": {"expected": "declared"},
+                      "report": {"uncaught_declared_defects": "uncaught_expectations"}}
 
 
 def capabilities(variants: list[Variant]) -> dict[str, dict]:
@@ -54,9 +58,9 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None,
     subjects = _subjects(state)
     verdicts.sort(key=lambda v: (order.get(v["claim"], len(order)), subjects.index(v["impl"])))
     summary = {status: sum(v["status"] == status for v in verdicts) for status in STATUSES}
-    summary["expected_fail"] = sum(v["status"] == "fail" and v["expected"] for v in verdicts)
+    summary["expected_fail"] = sum(v["status"] == "fail" and v["declared"] for v in verdicts)
     summary["unexpected_fail"] = summary["fail"] - summary["expected_fail"]
-    return {
+    return _with_deprecated_aliases({
         "schema": SCHEMA,
         "impls": subjects,
         "claims": [
@@ -67,7 +71,7 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None,
         ],
         "verdicts": verdicts,
         "unavailable": [{"target": u.target, "reason": u.reason} for u in state.unavailable],
-        "uncaught_declared_defects": list(state.warnings),
+        "uncaught_expectations": list(state.warnings),
         "capabilities": capabilities(state.variants),
         # largest error / allowed among comparisons that passed, per implementation variant
         "headroom": {name: round(ratio, 4) for name, ratio in sorted(state.headroom.items())},
@@ -81,7 +85,17 @@ def build_report(state: RunState, duration_s: float, profile: str | None = None,
         "kernels": kernels,
         "profile": profile,
         "duration_s": round(duration_s, 1),
-    }
+    })
+
+
+def _with_deprecated_aliases(report: dict) -> dict:
+    """`report` with each former field name beside its glossary name (DEPRECATED_ALIASES), same value."""
+    for former, current in DEPRECATED_ALIASES["report"].items():
+        report[former] = report[current]
+    for verdict in report["verdicts"]:
+        for former, current in DEPRECATED_ALIASES["verdicts"].items():
+            verdict[former] = verdict[current]
+    return report
 
 
 def _markdown_figure(figure: dict) -> list[str]:
@@ -120,14 +134,14 @@ def _markdown_bug_reports(report: dict, unexpected: bool) -> list[str]:
     """The bug reports of the failures and errors no row declares (`unexpected`), or of the declared ones."""
     by_slug = {c["slug"]: c for c in report["claims"]}
     failures = [v for v in report["verdicts"]
-                if v["status"] in ("fail", "error") and bool(v.get("expected")) != unexpected]
+                if v["status"] in ("fail", "error") and v["declared"] != unexpected]
     title = "Unexpected failures" if unexpected else "Declared failures"
     out = [f"## {title} ({len(failures)})", ""]
     if not failures:
         out += ["None." if unexpected else "None declared.", ""]
     for v in failures:
         claim = by_slug.get(v["claim"], {})
-        label = "declared" if v.get("expected") else "UNEXPECTED"
+        label = "declared" if v["declared"] else "UNEXPECTED"
         out += [f"### `{v['claim']}` on `{v['impl']}` ({v['status']}, {label})", "",
                 f"- claim: {claim.get('statement', '')}",
                 f"- seed: {claim.get('source', '')} — {claim.get('original', '')}"]

@@ -129,10 +129,10 @@ def _bug_reports(report: dict, figures: list[dict], bugs: dict, unexpected: bool
     parts = []
     for v in report["verdicts"]:
         key = (v["claim"], v["impl"])
-        if key not in bugs or bool(v.get("expected")) == unexpected:
+        if key not in bugs or v["declared"] == unexpected:
             continue
         claim = by_slug.get(v["claim"], {})
-        label = "declared" if v.get("expected") else '<span class="unexpected">UNEXPECTED</span>'
+        label = "declared" if v["declared"] else '<span class="unexpected">UNEXPECTED</span>'
         repro = (v.get("counterexample") or {}).get("repro") or ""
         picture = _figure(pictures[key]) if key in pictures else ""
         parts.append(

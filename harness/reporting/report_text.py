@@ -19,7 +19,7 @@ MIN_COLUMNS = 10  # subjects per block the claim column leaves room for, at leas
 def verdict_symbol(verdict: dict | None) -> str:
     if verdict is None:
         return SYMBOLS[None]
-    if verdict["status"] == "fail" and verdict["expected"]:
+    if verdict["status"] == "fail" and verdict["declared"]:
         return SYMBOLS["expected"]
     return SYMBOLS[verdict["status"]]
 
@@ -149,7 +149,7 @@ def unexpected_lines(report: dict, width: int, directory: str | None = None) -> 
     """The unexpected failures and errors by claim, each with its one-line summary and where its bug report is
     (report.html's anchor; without a report directory, how to write one)."""
     unexpected = [v for v in report["verdicts"]
-                  if v["status"] == "error" or (v["status"] == "fail" and not v["expected"])]
+                  if v["status"] == "error" or (v["status"] == "fail" and not v["declared"])]
     if not unexpected:
         return []
     ids = bug_ids(report)

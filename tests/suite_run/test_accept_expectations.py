@@ -13,8 +13,8 @@ import pytest
 
 from harness.engine.verdicts import Outcome
 from harness.pytest_plugin.accept import measured_rows, table_text
+from protocol.expectation_rows import Expectation
 from protocol.expectations import load_table, parse_table
-from protocol.known_defects import Row
 from protocol.registry import Variant, load_impl
 from specs.deviations import deviation_from_fields
 from tests.fixtures.runs import ROOT, run_suite
@@ -24,13 +24,14 @@ FIXTURES = "tests/fixtures/deviation_impls.py"
 IGNORED = shutil.ignore_patterns(".git", ".tox", "__pycache__", ".hypothesis", "*.egg-info")
 
 
-def _row(claim: str, name: str, **params) -> Row:
-    return Row("numpy-tiled", claim, "why", ("float64",), deviation_from_fields(name, params, "test"), "here: a test")
+def _row(claim: str, name: str, **params) -> Expectation:
+    return Expectation("numpy-tiled", claim, "why", ("float64",), deviation_from_fields(name, params, "test"),
+                       "here: a test")
 
 
 def test_measured_rows_keep_what_explained_drop_what_did_not_and_add_what_was_accepted():
     fired, idle = _row("sdpa-formula", "float32-softmax"), _row("rows-sum-to-one", "keyless-row-mean")
-    variant = Variant(dataclasses.replace(load_impl(RECORD), known_defects=(fired, idle)), "float64")
+    variant = Variant(dataclasses.replace(load_impl(RECORD), expectations=(fired, idle)), "float64")
     accepted = {(variant.name, "layout-independent"): [("keyless-row-nan", {})]}
     rows, problems = measured_rows([variant], {}, {(variant.name, 0)}, accepted, frozenset({variant.impl.target}))
     mine = [row for row in rows if row.subject == "numpy-tiled"]
@@ -78,7 +79,7 @@ def test_accept_mode_writes_the_narrowest_deviation_and_converges_in_one_run(tmp
     assert again.returncode == 0, again.output[-3000:]
     assert set(parse_table(rewritten.read_text())) == set(parse_table(written.read_text()))
     verdict = again.verdict("online-softmax-avoids-overflow", "numpy-reference[float16]")
-    assert verdict["status"] == "fail" and verdict["expected"], verdict
+    assert verdict["status"] == "fail" and verdict["declared"], verdict
 
 
 def test_a_run_writes_its_rows_under_the_ci_profile_only(tmp_path):

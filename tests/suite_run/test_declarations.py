@@ -1,4 +1,4 @@
-"""A declared deviation covers what it explains and nothing else (CONTRACT 2; protocol/known_defects.py,
+"""A declared deviation covers what it explains and nothing else (CONTRACT 2; protocol/expectation_rows.py,
 harness.api.explained_runs).
 
 A declaration names the claim, the dtypes and a deviation; a failing example is declared only when the deviation
@@ -15,7 +15,7 @@ import pytest
 
 from harness.engine.verdicts import Outcome, RunState, aggregate, judge_declarations, uncaught_declarations
 from impls.records import BUILTIN_TARGETS, is_builtin
-from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
+from protocol.expectation_rows import Expectation, ExpectationError, parse_expectations
 from protocol.registry import Capabilities, Impl, Variant
 from specs.catalogue import load_claims
 from specs.deviations import deviation_from_fields
@@ -33,7 +33,7 @@ def _declared_run(name: str, tmp_path, *args: str):
 def test_the_explained_failure_is_expected(tmp_path):
     target, run = _declared_run("declares_the_failure", tmp_path)
     verdict = run.verdict("sdpa-formula", f"{target}[float64]")
-    assert verdict["status"] == "fail" and verdict["expected"], run.output[-3000:]
+    assert verdict["status"] == "fail" and verdict["declared"], run.output[-3000:]
     assert "explained as own:masked_after_the_softmax" in verdict["detail"], verdict["detail"]
     assert run.returncode == 0, run.output[-3000:]
 
@@ -44,7 +44,7 @@ def test_a_flash_attention_wrapper_declares_its_two_lse_conventions_and_passes_t
     passes, so the run exits 0."""
     _, run = _declared_run("flash_attention_wrapper", tmp_path, "properties", "interpretations",
                                 "--long-regimes", "no", "--isolate", "no")
-    declared = {v["claim"]: v for v in run.report["verdicts"] if v["status"] == "fail" and v["expected"]}
+    declared = {v["claim"]: v for v in run.report["verdicts"] if v["status"] == "fail" and v["declared"]}
     assert {"fully-masked-rows-zero", "lse-keyword-domain", "alibi-is-a-distance-bias"} <= set(declared)
     assert "keyless-lse-plus-inf" in declared["lse-keyword-domain"]["detail"], declared["lse-keyword-domain"]
     assert "causal-alibi-lse-shift" in declared["alibi-is-a-distance-bias"]["detail"]
@@ -57,7 +57,7 @@ def test_a_failure_outside_the_declaration_is_unexpected(name, tmp_path):
     does not explain it (a row with no key averaging the values), must not pass."""
     target, run = _declared_run(name, tmp_path)
     verdict = run.verdict("sdpa-formula", f"{target}[float64]")
-    assert verdict["status"] == "fail" and not verdict["expected"], verdict
+    assert verdict["status"] == "fail" and not verdict["declared"], verdict
     assert run.returncode == 1
 
 
@@ -68,12 +68,12 @@ def test_a_real_defect_beside_a_declared_deviation_is_unexpected_and_shrinks_to_
     passes, its keyless rows declared."""
     target, run = _declared_run("keyless_mean_and_exclusive_window", tmp_path / "both", *WINDOW)
     verdict = run.verdict("sliding-window-attends-its-band", f"{target}[float64]")
-    assert verdict["status"] == "fail" and not verdict["expected"], verdict
+    assert verdict["status"] == "fail" and not verdict["declared"], verdict
     assert "not explained by the declared deviations (keyless-row-mean)" in verdict["detail"], verdict["detail"]
     assert run.returncode == 1
     target, run = _declared_run("keyless_mean_only", tmp_path / "right", *WINDOW)
     verdict = run.verdict("sliding-window-attends-its-band", f"{target}[float64]")
-    assert verdict["status"] == "fail" and verdict["expected"], verdict
+    assert verdict["status"] == "fail" and verdict["declared"], verdict
     assert "explained as keyless-row-mean" in verdict["detail"]
     assert run.returncode == 0, run.output[-3000:]
 
@@ -94,7 +94,7 @@ def test_a_declaration_nothing_triggers_is_a_warning_for_outside_implementations
     target = "tests/fixtures/declared_impls.py:declares_the_failure"
     run = run_suite("properties/test_formula.py::test_output_matches_oracle", "--impl", target, report_dir=tmp_path)
     assert f"WARNING: {target}[float64] declares a known defect that no property caught" in run.output
-    assert any("sdpa-formula" in problem for problem in run.report["uncaught_declared_defects"])
+    assert any("sdpa-formula" in problem for problem in run.report["uncaught_expectations"])
     assert run.returncode == 0, run.output[-3000:]
 
 
@@ -116,7 +116,7 @@ def test_a_refuted_sentence_needs_its_own_failure(tmp_path):
     run = run_suite("properties/test_symmetry.py::test_shuffling_the_sequence_leaves_output_unchanged",
                     "--impl", target, report_dir=tmp_path)
     verdict = run.verdict("permutation-invariance-literal", f"{target}[float64]")
-    assert verdict["status"] == "fail" and not verdict["expected"], verdict
+    assert verdict["status"] == "fail" and not verdict["declared"], verdict
     assert "raised RuntimeError" in verdict["detail"]
     assert run.returncode == 1
     assert load_claims()["permutation-invariance-literal"].refutation
@@ -135,13 +135,14 @@ def test_a_refuted_sentence_needs_its_own_failure(tmp_path):
      "`properties` no longer scopes"),
 ])
 def test_malformed_declarations_name_the_problem(entry, message):
-    with pytest.raises(DefectDeclarationError) as info:
-        parse_known_defects({"sdpa-formula": entry}, ("float64",), "user:fn")
+    with pytest.raises(ExpectationError) as info:
+        parse_expectations({"sdpa-formula": entry}, ("float64",), "user:fn")
     assert message in str(info.value)
 
 
 def test_a_row_applies_to_its_claim_and_dtypes_only():
-    row = Row("user:fn", "sdpa-formula", "why", ("float16",), deviation_from_fields("keyless-row-mean", {}, "t"))
+    row = Expectation("user:fn", "sdpa-formula", "why", ("float16",),
+                      deviation_from_fields("keyless-row-mean", {}, "t"))
     assert row.applies("sdpa-formula", "float16")
     assert not row.applies("rows-sum-to-one", "float16") and not row.applies("sdpa-formula", "float32")
 
@@ -152,18 +153,18 @@ def test_an_error_is_never_hidden_behind_a_declared_failure():
     unexpected = Outcome("fail", "t::c", "test_c")
     assert aggregate([declared, error])["status"] == "error"
     worst = aggregate([declared, error, unexpected])
-    assert worst["status"] == "fail" and not worst["expected"] and worst["test"] == "t::c"
-    assert aggregate([declared, Outcome("pass", "t::d", "test_d")])["expected"] is True
+    assert worst["status"] == "fail" and not worst["declared"] and worst["test"] == "t::c"
+    assert aggregate([declared, Outcome("pass", "t::d", "test_d")])["declared"] is True
 
 
-def _builtin_variant(scopes: tuple[Row, ...]) -> Variant:
+def _builtin_variant(scopes: tuple[Expectation, ...]) -> Variant:
     impl = Impl(name="numpy-reference", target="impls.numpy.numpy_reference:reference_attention", fn=lambda *a: None,
-                capabilities=Capabilities(), known_defects=scopes, backend="numpy")
+                capabilities=Capabilities(), expectations=scopes, backend="numpy")
     return Variant(impl, "float64")
 
 
 def test_uncaught_declarations_are_found_only_when_their_properties_ran():
-    scope = Row("numpy-reference", "sdpa-formula", "why", ("float64",),
+    scope = Expectation("numpy-reference", "sdpa-formula", "why", ("float64",),
                 deviation_from_fields("float32-softmax", {}, "test"))
     variant = _builtin_variant((scope,))
     state = RunState([variant], [], load_claims(), builtin=frozenset(BUILTIN_TARGETS))

@@ -38,7 +38,7 @@ def _variant(name: str) -> str:
 def test_run_reports_only_the_catches_as_unexpected(defective_run):
     caught = {(c.claim, f"{c.subject}[{d}]") for catches in CATCHES.values() for c in catches for d in c.dtypes}
     unexpected = {(v["claim"], v["impl"]) for v in defective_run.report["verdicts"]
-                  if v["status"] in ("fail", "error") and not v["expected"]}
+                  if v["status"] in ("fail", "error") and not v["declared"]}
     assert unexpected == caught, (unexpected ^ caught, defective_run.output[-4000:])
     assert defective_run.returncode == 1
 
@@ -74,7 +74,7 @@ def test_a_bug_breaks_some_claims_not_all(defective_run, name):
     refuted = {slug for slug, claim in load_claims().items() if not claim.holds}
     assert not refuted & {catch.claim for catch in CATCHES[name]}, f"{name}: a catch on a refuted claim"
     for verdict in (v for v in verdicts if v["claim"] in refuted):
-        assert verdict["status"] == "skip" or verdict["expected"], verdict
+        assert verdict["status"] == "skip" or verdict["declared"], verdict
 
 
 def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_run):

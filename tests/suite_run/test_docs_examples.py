@@ -68,7 +68,7 @@ def test_the_failure_example_fails_as_the_page_shows(run):
         slug, shown = line.split()
         assert symbols[run.verdict(slug, f"{FORGOT}[float64]")["status"]] == shown, slug
     verdict = run.verdict("sdpa-formula", f"{FORGOT}[float64]")
-    assert verdict["status"] == "fail" and not verdict["expected"]
+    assert verdict["status"] == "fail" and not verdict["declared"]
     shown = [line.strip() for line in _block(page, "## 2. The violation", "text").splitlines()]
     printed = {line.removeprefix("E").strip() for line in run.output.splitlines()}
     assert [line for line in shown if line not in printed] == [], "the page shows what the suite no longer prints"

@@ -44,7 +44,7 @@ def test_a_property_added_and_renamed_in_a_copy_of_the_tree(tmp_path):
     run = run_suite(added, "--impl", RECORD, report_dir=tmp_path / "added", root=tree)
     verdict = run.verdict("one-key-per-value", "seed002-memory-optimized-tiled[float64]")
     assert verdict is not None and verdict["failed_properties"] == [added.rpartition("::")[2]], run.output[-3000:]
-    assert verdict["status"] == "fail" and verdict["expected"], verdict  # its deviation explains the new property
+    assert verdict["status"] == "fail" and verdict["declared"], verdict  # its deviation explains the new property
     assert run.returncode == 0, run.output[-3000:]
 
     _replace(tree / "impls" / "seeds" / "seed002_tiled.py", OLD_NAME, NEW_NAME)

@@ -50,8 +50,8 @@ def test_the_subject_is_caught_exactly(group, target, tmp_path_factory):
     verdicts = _verdicts(run, subject)
     caught = {(c.claim, f"{subject}[{d}]") for c in catches for d in c.dtypes}
     if spec.strict:
-        assert all(v["status"] == "pass" or v["expected"] or (v["claim"], v["impl"]) in caught for v in verdicts), \
-            [(v["impl"], v["claim"], v["status"]) for v in verdicts if v["status"] != "pass" and not v["expected"]]
+        assert all(v["status"] == "pass" or v["declared"] or (v["claim"], v["impl"]) in caught for v in verdicts), \
+            [(v["impl"], v["claim"], v["status"]) for v in verdicts if v["status"] != "pass" and not v["declared"]]
     for dtype in dtypes:
         for claim in spec.passes.get(subject, ()):
             verdict = run.verdict(claim, f"{subject}[{dtype}]")
@@ -66,6 +66,6 @@ def test_the_group_run_ends_as_its_catches_say(group, tmp_path_factory):
     subjects = {_subject(target)[0] for target in GROUPS[group].targets}
     caught = {(c.claim, f"{s}[{d}]") for s in subjects for c in catches_for(s) for d in c.dtypes}
     unexpected = {(v["claim"], v["impl"]) for v in run.report["verdicts"]
-                  if v["status"] in ("fail", "error") and not v["expected"]}
+                  if v["status"] in ("fail", "error") and not v["declared"]}
     assert unexpected <= caught, (unexpected - caught, run.output[-3000:])
     assert run.returncode == (1 if caught else 0), run.output[-3000:]

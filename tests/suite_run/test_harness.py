@@ -64,7 +64,7 @@ def broken_run(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_implementation_fails_its_property_with_a_clear_message(broken_run, name):
     verdict = broken_run.verdict("sdpa-formula", f"tests/fixtures/outside_impls.py:{name}[float64]")
-    assert verdict["status"] == "fail" and not verdict["expected"]
+    assert verdict["status"] == "fail" and not verdict["declared"]
     assert BROKEN[name] in verdict["detail"]
     assert "fn = load_impl('tests/fixtures/outside_impls.py:" in verdict["counterexample"]["repro"]
 

@@ -74,7 +74,7 @@ def test_a_crashing_implementation_gets_its_verdict_and_the_report_is_written(tm
                     report_dir=tmp_path)
     assert run.returncode == 1 and run.report is not None, run.output[-3000:]
     crashed = run.verdict("sdpa-formula", f"{SEGFAULT}[float64]")
-    assert crashed["status"] == "fail" and not crashed["expected"]
+    assert crashed["status"] == "fail" and not crashed["declared"]
     assert "crashed its process: signal SIGSEGV" in crashed["detail"]
     n_q = int(re.search(r"n_q=(\d+)", crashed["counterexample"]["problem"]).group(1))
     assert 3 < n_q <= 5, crashed["counterexample"]  # shrunk to a small crashing input (n_q = 4 or 5)

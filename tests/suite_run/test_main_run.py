@@ -108,21 +108,21 @@ def test_every_builtin_declared_defect_is_caught(main_run):
     ready, _ = builtin_impls()
     fired = 0
     for variant in variants(ready):
-        for row in (r for r in variant.impl.known_defects if variant.dtype in r.dtypes):
+        for row in (r for r in variant.impl.expectations if variant.dtype in r.dtypes):
             verdict = run.verdict(row.claim, variant.name)
             if verdict is None or verdict["status"] in ("skip", "pass"):
                 continue  # a missing capability, or a deviation reached only in the long regimes (tox -e long)
-            assert verdict["status"] == "fail" and verdict["expected"], (variant.name, row.claim, verdict)
+            assert verdict["status"] == "fail" and verdict["declared"], (variant.name, row.claim, verdict)
             fired += 1
     assert fired > 100  # most rows fire in the main job: a pass above is the long regimes' exception
     # the harness's own judgement: every row whose claim's properties all ran here explained an example
-    assert run.report["uncaught_declared_defects"] == []
+    assert run.report["uncaught_expectations"] == []
 
 
 def test_no_unexpected_failures(main_run):
     run, _ = main_run
     unexpected = [(v["claim"], v["impl"]) for v in run.report["verdicts"]
-                  if v["status"] in ("fail", "error") and not v["expected"]]
+                  if v["status"] in ("fail", "error") and not v["declared"]]
     assert unexpected == []
 
 
@@ -133,7 +133,7 @@ def test_false_seed_sentences_fail_everywhere_with_a_counterexample(main_run):
     for verdict in run.report["verdicts"]:
         if verdict["claim"] in refuted and verdict["status"] != "skip":
             seen.add(verdict["claim"])
-            assert verdict["status"] == "fail" and verdict["expected"], verdict
+            assert verdict["status"] == "fail" and verdict["declared"], verdict
             example = verdict["counterexample"]
             assert example.get("repro") or any(line.strip() for line in example.get("details", [])), verdict
     # every refuted claim was shown false here, the CUDA ones by whichever compiler exists

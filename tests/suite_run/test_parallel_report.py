@@ -21,7 +21,7 @@ SELECTION = ("properties", "--claims", "sdpa-formula", *(arg for target in TARGE
 
 
 def _verdicts(report: dict) -> list[tuple]:
-    return sorted((v["claim"], v["impl"], v["status"], v["expected"], v["tests"], tuple(v["failed_properties"]))
+    return sorted((v["claim"], v["impl"], v["status"], v["declared"], v["tests"], tuple(v["failed_properties"]))
                   for v in report["verdicts"])
 
 
@@ -30,13 +30,13 @@ def test_workers_write_the_same_report_as_one_process(tmp_path):
     split = run_suite(*SELECTION, "-n", "2", report_dir=tmp_path / "split")
     assert split.report is not None, split.output[-3000:]
     assert _verdicts(split.report) == _verdicts(alone.report)
-    assert split.report["uncaught_declared_defects"] == alone.report["uncaught_declared_defects"]
+    assert split.report["uncaught_expectations"] == alone.report["uncaught_expectations"]
     assert split.report["summary"] == alone.report["summary"]
     declared = split.verdict("sdpa-formula", f"{TARGETS[0]}[float64]")
-    assert declared["status"] == "fail" and declared["expected"], declared
-    assert any(TARGETS[1] in line for line in split.report["uncaught_declared_defects"])
+    assert declared["status"] == "fail" and declared["declared"], declared
+    assert any(TARGETS[1] in line for line in split.report["uncaught_expectations"])
     assert all(split.report["time_s"][f"{t}[float64]"]["calls"] > 0 for t in TARGETS)
     # the masking bug under a deviation that does not explain it: an unexpected failure, exit 1 both ways
     unexpected = split.verdict("sdpa-formula", f"{TARGETS[1]}[float64]")
-    assert unexpected["status"] == "fail" and not unexpected["expected"], unexpected
+    assert unexpected["status"] == "fail" and not unexpected["declared"], unexpected
     assert split.returncode == alone.returncode == 1, split.output[-3000:]

@@ -72,6 +72,6 @@ def test_a_failing_record_is_shrunk_alone_and_its_group_mate_passes(tmp_path):
         assert run.returncode == 1, run.output[-3000:]
         assert run.verdict("sdpa-formula", EINSUM)["status"] == "pass"
         failed = run.verdict("sdpa-formula", f"{wrong}[float64]")
-        assert failed["status"] == "fail" and not failed["expected"]
+        assert failed["status"] == "fail" and not failed["declared"]
         inputs.append([line.strip() for line in run.output.splitlines() if "input: q (" in line])
     assert inputs[0] == inputs[1] and "k (1, 1, 5, 1)" in inputs[0][0], inputs

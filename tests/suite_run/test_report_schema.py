@@ -33,6 +33,14 @@ def test_a_generated_report_is_valid(report):
     assert schema_errors(report) == []
 
 
+def test_the_former_field_names_are_written_beside_the_current_ones(report):
+    """Schema 2's deprecated aliases (harness.reporting.report.DEPRECATED_ALIASES) carry the same values, so a
+    reader of schema 1's `expected` and `uncaught_declared_defects` still reads this report right."""
+    assert report["schema"] == 2
+    assert all(v["expected"] is v["declared"] for v in report["verdicts"])
+    assert report["uncaught_declared_defects"] == report["uncaught_expectations"]
+
+
 def _drop(field):
     return lambda r: r.pop(field)
 
@@ -48,7 +56,7 @@ def _failing_verdict(change):
 BROKEN = {
     "no verdicts": (_drop("verdicts"), "'verdicts' is a required property"),
     "an unknown top-level field": (lambda r: r.update(verdict_count=3), "verdict_count"),
-    "a newer schema version": (lambda r: r.update(schema=2), "$.schema"),
+    "a newer schema version": (lambda r: r.update(schema=3), "$.schema"),
     "a status outside pass/fail/skip/error": (_first_verdict(lambda v: v.update(status="passed")),
                                               "$.verdicts[0].status"),
     "a verdict without its claim": (_first_verdict(lambda v: v.pop("claim")), "'claim' is a required property"),

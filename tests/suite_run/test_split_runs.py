@@ -56,7 +56,7 @@ def test_the_merged_groups_give_the_verdicts_of_the_single_run(runs, capsys):
     assert compare(root / "single", root / "merged") == 0
     assert "0 worse, 0 better, 0 changed, 0 added, 0 removed" in capsys.readouterr().out
     merged = json.loads((root / "merged" / "report.json").read_text())
-    assert merged["uncaught_declared_defects"] == single.report["uncaught_declared_defects"] == []
+    assert merged["uncaught_expectations"] == single.report["uncaught_expectations"] == []
 
 
 def test_the_split_separated_what_only_the_merge_can_judge(runs):

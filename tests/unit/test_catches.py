@@ -46,7 +46,7 @@ def test_a_malformed_catch_names_the_problem(edit, message):
 
 
 def _verdict(impl: str, claim: str, status: str, expected: bool) -> dict:
-    return {"impl": impl, "claim": claim, "status": status, "expected": expected, "detail": f"{claim} {status}"}
+    return {"impl": impl, "claim": claim, "status": status, "declared": expected, "detail": f"{claim} {status}"}
 
 
 CAUGHT = (_verdict("wrong-x[float64]", "rows-sum-to-one", "fail", False),

@@ -14,7 +14,7 @@ IMPL = "my_attn.py:attention[float64]"
 
 
 def _verdict(claim: str, status: str, expected: bool = False, impl: str = IMPL) -> dict:
-    return {"claim": claim, "impl": impl, "status": status, "detail": "", "counterexample": None, "expected": expected}
+    return {"claim": claim, "impl": impl, "status": status, "detail": "", "counterexample": None, "declared": expected}
 
 
 def _write(path, *verdicts: dict, schema=SCHEMA):
@@ -86,6 +86,7 @@ def test_changes_list_worst_first():
     ("{not json", "not JSON"),
     (json.dumps({"verdicts": []}), "no schema field"),
     (json.dumps({"schema": 99, "verdicts": []}), "schema 99, which this version of attention-spec does not read"),
+    (json.dumps({"schema": SCHEMA - 2, "verdicts": []}), f"schema {SCHEMA - 2}, which this version"),
     (json.dumps({"schema": SCHEMA}), "no list of verdicts"),
     (json.dumps({"schema": SCHEMA, "verdicts": [{"claim": "a"}]}), "lacks claim, impl or status"),
     (json.dumps({"schema": SCHEMA, "verdicts": [_verdict("a", "wobbly")]}), "has status 'wobbly'"),
@@ -99,3 +100,20 @@ def test_unreadable_report_is_a_clear_error_with_exit_2(tmp_path, capsys, conten
         load_verdicts(bad)
     assert main(["compare", str(good), str(bad)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_report_of_the_previous_schema_is_read_by_its_own_field_names(tmp_path):
+    """Schema 1 called a declared failure `expected`: compare reads it so, and finds no change against the same
+    verdicts written in the current schema; a declared failure that became unexpected is still worse."""
+    def former(claim, status, expected=False):
+        verdict = _verdict(claim, status)
+        del verdict["declared"]
+        return {**verdict, "expected": expected}
+
+    old = _write(tmp_path / "old", former("sdpa-formula", "fail", True), former("rows-sum-to-one", "pass"),
+                 schema=SCHEMA - 1)
+    same = _write(tmp_path / "same", _verdict("sdpa-formula", "fail", True), _verdict("rows-sum-to-one", "pass"))
+    worse = _write(tmp_path / "worse", _verdict("sdpa-formula", "fail"), _verdict("rows-sum-to-one", "pass"))
+    assert load_verdicts(old) == load_verdicts(same) == {("sdpa-formula", IMPL): "declared",
+                                                          ("rows-sum-to-one", IMPL): "pass"}
+    assert [c.kind for c in changes(load_verdicts(old), load_verdicts(worse))] == ["worse"]

@@ -43,7 +43,7 @@ from properties import test_sharded as sharded
 from properties import test_stability as stability
 from properties import test_symmetry as symmetry
 from properties import test_tiling as tiling
-from protocol.known_defects import Row
+from protocol.expectation_rows import Expectation
 from protocol.registry import Variant, load_impl
 from specs.deviations import deviation_from_fields
 from specs.problems import CodeMismatch, Problem, build
@@ -141,8 +141,8 @@ def _explained(prop, variant: Variant) -> None:
     """`prop` run on `variant` declaring that its hidden poison reaches rows, as the plugin runs it: a failing example
     runs again under the deviation, which makes the same call with finite garbage in the poison's place."""
     deviation = deviation_from_fields("hidden-nonfinite-reaches-rows", {"through": ["keys", "values"]}, "test")
-    rows = (Row(variant.impl.name, "hidden-non-finite-never-reaches-output", "test", ("float64",), deviation),)
-    variant = Variant(dataclasses.replace(variant.impl, known_defects=rows), variant.dtype)
+    rows = (Expectation(variant.impl.name, "hidden-non-finite-never-reaches-output", "test", ("float64",), deviation),)
+    variant = Variant(dataclasses.replace(variant.impl, expectations=rows), variant.dtype)
     token = RUNNING.set(RunningCheck(prop.__name__, ("hidden-non-finite-never-reaches-output",), variant))
     try:
         prop(variant=variant)

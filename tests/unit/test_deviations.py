@@ -19,7 +19,7 @@ from harness.api.evidence import PropertyViolation
 from harness.api.explain import judge_gradients
 from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, ExplainedStop, deviation_mode
-from protocol.known_defects import Row
+from protocol.expectation_rows import Expectation
 from protocol.registry import Variant, load_impl
 from specs.deviations import CATALOGUE, Call, DeviationError, deviation_from_fields
 from specs.gradients import attention_backward
@@ -50,7 +50,7 @@ def _run(variant: Variant, *declared: dict) -> DeviationRun:
     for fields in declared:
         fields = dict(fields)
         deviation = deviation_from_fields(fields.pop("deviation"), fields, "test")
-        rows.append(Row(variant.impl.name, "sdpa-formula", "fixture", (variant.dtype,), deviation))
+        rows.append(Expectation(variant.impl.name, "sdpa-formula", "fixture", (variant.dtype,), deviation))
     return DeviationRun(tuple(rows))
 
 

@@ -13,9 +13,9 @@ import pytest
 from harness.pytest_plugin.stale_rows import record_names, stale_rows
 from impls import TABLE_PATH
 from impls.records import BUILTIN_TARGETS, discover_records
+from protocol.expectation_rows import Expectation, ExpectationError, parse_expectations
 from protocol.expectations import ExpectationTableError, load_table, parse_table, rows_for
-from protocol.known_defects import DefectDeclarationError, Row, parse_known_defects
-from protocol.registry import attention_impl, load_impl
+from protocol.registry import ImplLoadError, attention_impl, load_impl
 from specs.catalogue import load_claims
 from specs.deviations import deviation_from_fields
 
@@ -71,8 +71,8 @@ def test_a_pattern_over_a_tolerance_failure_is_refused_with_the_deviation_form()
         parse_table(old)
     assert "name the deviation that explains the elements instead" in str(info.value)
     assert '"deviation": "<one of specs.deviations: keyless-row-mean' in str(info.value)
-    with pytest.raises(DefectDeclarationError, match="declares only a raised error"):
-        parse_known_defects({"sdpa-formula": {"why": "w", "dtypes": ("float64",), "match": "out differs"}},
+    with pytest.raises(ExpectationError, match="declares only a raised error"):
+        parse_expectations({"sdpa-formula": {"why": "w", "dtypes": ("float64",), "match": "out differs"}},
                             ("float64",), "mine.py:fn")
 
 
@@ -87,35 +87,63 @@ def test_two_rows_of_one_key_are_rejected_but_two_deviations_of_one_cell_are_two
 
 
 def test_an_outside_implementation_declares_a_deviation_or_its_own_prediction():
-    rows = parse_known_defects({"fully-masked-rows-zero": {"why": "finfo.min mask", "dtypes": ("float64",),
+    rows = parse_expectations({"fully-masked-rows-zero": {"why": "finfo.min mask", "dtypes": ("float64",),
                                                            "deviation": "keyless-row-mean"}}, ("float64",), "t")
     assert rows[0].deviation.describe() == "keyless-row-mean"
 
     def mine(call):
         return {"out": (np.zeros(call.oracle.out.shape, bool), 0.0)}
 
-    own = parse_known_defects({"sdpa-formula": {"why": "w", "dtypes": "float64", "deviation": mine}}, ("float64",), "t")
+    own = parse_expectations({"sdpa-formula": {"why": "w", "dtypes": "float64", "deviation": mine}}, ("float64",), "t")
     assert own[0].deviation.describe() == f"own:{mine.__qualname__}"
-    with pytest.raises(DefectDeclarationError, match="takes no parameter"):
-        parse_known_defects({"sdpa-formula": {"why": "w", "dtypes": "float64", "deviation": "float32-softmax",
+    with pytest.raises(ExpectationError, match="takes no parameter"):
+        parse_expectations({"sdpa-formula": {"why": "w", "dtypes": "float64", "deviation": "float32-softmax",
                                               "through": ["keys"]}}, ("float64",), "t")
 
 
 def test_a_record_takes_the_rows_of_its_name_only():
     impl = load_impl("impls.torch.torch_sdpa:sdpa_flash_cpu")
     mine = [row for row in load_table() if row.subject == "torch-sdpa-flash-cpu"]
-    assert mine and list(impl.known_defects) == mine
-    assert load_impl("impls.numpy.numpy_tiled:tiled_attention").known_defects == ()  # no row names it
+    assert mine and list(impl.expectations) == mine
+    assert load_impl("impls.numpy.numpy_tiled:tiled_attention").expectations == ()  # no row names it
 
 
-def test_a_record_declaring_known_defects_itself_is_sent_to_the_table():
-    with pytest.raises(ValueError, match=r"rec: a record's known defects are its rows in impls/expectations.toml"):
-        attention_impl(name="rec", backend="numpy", known_defects={"sdpa-formula": {}})
+@pytest.mark.parametrize("keyword", ["attention_expectations", "known_defects"])
+def test_a_record_declaring_its_expectations_itself_is_sent_to_the_table(keyword):
+    with pytest.raises(ValueError, match=r"rec: a record's expectations are its rows in impls/expectations.toml"):
+        attention_impl(name="rec", backend="numpy", **{keyword: {"sdpa-formula": {}}})
     assert attention_impl(name="rec", backend="numpy")(lambda q, k, v: v).attention_name == "rec"
 
 
+KEYLESS_MEAN = {"fully-masked-rows-zero": {"why": "w", "dtypes": ("float64",), "deviation": "keyless-row-mean"}}
+
+
+def declared_the_former_way(q, k, v):
+    return v
+
+
+def declared_both_ways(q, k, v):
+    return v
+
+
+declared_the_former_way.known_defects = KEYLESS_MEAN
+declared_both_ways.known_defects = declared_both_ways.attention_expectations = KEYLESS_MEAN
+
+
+def test_the_deprecated_known_defects_is_still_read_with_a_warning():
+    """fn.known_defects, the former name of fn.attention_expectations: read as before, with a DeprecationWarning
+    naming the new one; both on one function is refused; Impl.known_defects reads Impl.expectations."""
+    with pytest.warns(DeprecationWarning, match="name it fn.attention_expectations"):
+        impl = load_impl(f"{__name__}:declared_the_former_way")
+    assert [row.claim for row in impl.expectations] == ["fully-masked-rows-zero"]
+    with pytest.warns(DeprecationWarning, match="read Impl.expectations"):
+        assert impl.known_defects == impl.expectations
+    with pytest.raises(ImplLoadError, match="declares both attention_expectations and known_defects"):
+        load_impl(f"{__name__}:declared_both_ways")
+
+
 def test_a_row_in_a_dtype_the_record_lacks_is_rejected():
-    with pytest.raises(DefectDeclarationError, match=r"names dtypes \['float16'\], which are not among the record's"):
+    with pytest.raises(ExpectationError, match=r"names dtypes \['float16'\], which are not among the record's"):
         rows_for("torch-sdpa-math", ("float64", "float32", "bfloat16"))
     assert rows_for("torch-sdpa-math", ("float64", "float32", "float16", "bfloat16"))
 
@@ -127,8 +155,8 @@ def test_the_table_names_only_what_exists():
 
 def test_rows_naming_what_no_longer_exists_are_listed():
     deviation = deviation_from_fields("float32-softmax", {}, "test")
-    unknown_claim = Row("numpy-reference", "no-such-claim", "why", ("float16",), deviation)
-    unknown_subject = Row("numpy-refrence", "sdpa-formula", "why", ("float16",), deviation)
+    unknown_claim = Expectation("numpy-reference", "no-such-claim", "why", ("float16",), deviation)
+    unknown_subject = Expectation("numpy-refrence", "sdpa-formula", "why", ("float16",), deviation)
     problems = stale_rows((unknown_claim, unknown_subject), load_claims(), record_names(BUILTIN_TARGETS))
     assert len(problems) == 2
     assert "the claim 'no-such-claim' is not in the catalogue" in problems[0]

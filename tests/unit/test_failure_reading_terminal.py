@@ -30,7 +30,7 @@ def synthetic_report(subjects: int = 55, claims: int = 125, seed: int = 0) -> di
             detail = (f"{slug} fails on {impl}: out differs from the float64 oracle beyond the tolerance\n  more"
                       if status == "fail" else "E   RuntimeError: the fixture broke\nlast line" if status == "error"
                       else "")
-            verdicts.append({"claim": slug, "impl": impl, "status": status, "expected": expected, "detail": detail})
+            verdicts.append({"claim": slug, "impl": impl, "status": status, "declared": expected, "detail": detail})
     summary = {"pass": 0, "skip": 0, "error": 0, "expected_fail": 0, "unexpected_fail": 0}
     return {"impls": impls, "claims": [{"slug": s} for s in slugs], "verdicts": verdicts, "summary": summary,
             "unavailable": [{"target": "impls.cuda_x:on_device", "reason": "no CUDA device: " + "driver " * 20}],
@@ -81,7 +81,7 @@ def test_unexpected_failures_and_errors_come_last_by_claim_with_summary_and_bug_
     start = next(i for i, line in enumerate(lines) if line.startswith("unexpected failures and errors"))
     tail = "\n".join(lines[start:])
     unexpected = [v for v in report["verdicts"] if v["status"] == "error" or (v["status"] == "fail"
-                                                                              and not v["expected"])]
+                                                                              and not v["declared"])]
     assert f"({len(unexpected)})" in lines[start]
     ids = bug_ids(report)
     joined = " ".join(tail.split())  # folded lines read back as one text
@@ -90,7 +90,7 @@ def test_unexpected_failures_and_errors_come_last_by_claim_with_summary_and_bug_
         summary = "RuntimeError: the fixture broke" if error else verdict["detail"].splitlines()[0]
         assert f"{verdict_symbol(verdict)} {verdict['impl']}: {summary}" in joined
         assert f"bug report: out/report/report.html#{ids[(verdict['claim'], verdict['impl'])]}" in joined
-    declared = next(v for v in report["verdicts"] if v["status"] == "fail" and v["expected"])
+    declared = next(v for v in report["verdicts"] if v["status"] == "fail" and v["declared"])
     assert f"{declared['impl']}: {declared['detail'].splitlines()[0]}" not in joined
     claims_in_order = [line.strip() for line in lines[start + 1:] if line.startswith("  ") and not
                        line.startswith("    ")]

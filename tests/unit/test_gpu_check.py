@@ -208,9 +208,9 @@ def test_time_limit_interrupts_then_kills():
 def test_verdicts_per_record():
     report = {"verdicts": [
         {"claim": "rows-sum-to-one", "impl": "cuda-x[float16]", "status": "pass"},
-        {"claim": "tiled-equals-global", "impl": "cuda-x[float16]", "status": "fail", "expected": False,
+        {"claim": "tiled-equals-global", "impl": "cuda-x[float16]", "status": "fail", "declared": False,
          "detail": "worst element 3\nmore"},
-        {"claim": "causal-mask-zeroes-future", "impl": "cuda-x[float16]", "status": "fail", "expected": True}]}
+        {"claim": "causal-mask-zeroes-future", "impl": "cuda-x[float16]", "status": "fail", "declared": True}]}
     entry = per_record(report)["cuda-x[float16]"]
     assert (entry["pass"], entry["fail"]) == (1, 2)
     assert entry["failing_claims"] == [{"claim": "tiled-equals-global", "status": "fail",

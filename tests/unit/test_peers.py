@@ -362,7 +362,7 @@ def test_a_finding_script_imports_only_its_peer_and_shows_it_in_under_twenty_lin
 
 # -- the page -------------------------------------------------------------------------------------------------------
 def _verdict(impl, claim, status, expected=False, why="", detail=""):
-    return dict(claim=claim, impl=impl, status=status, detail=detail, counterexample=None, expected=expected,
+    return dict(claim=claim, impl=impl, status=status, detail=detail, counterexample=None, declared=expected,
                 why=why, tests=1, test="t", failed_properties=[], examples_to_failure=None)
 
 

@@ -8,7 +8,7 @@ from tools.perturbed_cells import REFUTED, declared_cells, judge, old_table_cove
 
 
 def _verdict(impl, claim, status, expected=False, why="", detail="out differs"):
-    return dict(impl=impl, claim=claim, status=status, expected=expected, why=why, detail=detail,
+    return dict(impl=impl, claim=claim, status=status, declared=expected, why=why, detail=detail,
                 failed_properties=["test_x"])
 
 

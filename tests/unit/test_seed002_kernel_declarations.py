@@ -41,7 +41,7 @@ def _stand_in(output: Callable[..., object]) -> Variant:
 
 
 def _sdpa_rows(variant: Variant) -> DeviationRun:
-    return DeviationRun(tuple(row for row in variant.impl.known_defects if row.claim == "sdpa-formula"))
+    return DeviationRun(tuple(row for row in variant.impl.expectations if row.claim == "sdpa-formula"))
 
 
 def _judged(output, problem, **extra) -> np.ndarray:
@@ -91,7 +91,7 @@ def test_the_kernel_declares_its_deviations_on_its_claims_and_its_checkers_repor
     reported = {row.claim for row in rows if row.deviation.name == "checker-reports"}
     assert reported == set(CHECKED)
     assert all(row.dtypes == ("float32",) and row.why for row in rows)
-    assert load_impl(CPU_RECORD).known_defects  # the records take their rows
+    assert load_impl(CPU_RECORD).expectations  # the records take their rows
 
 
 @pytest.mark.parametrize("problem, extra", [
