@@ -1,12 +1,22 @@
-"""Dropout's calls and the pairs its independence is tested on (seed 000 § Fused Attention: Softmax -> Dropout ->
-MatMul): the keywords that ask an implementation for dropout, head sizes that read weights back through one-hot
-values, and the disjoint position pairs whose keeps must agree as independent coins do."""
+"""Dropout's checks (seed 000 § Fused Attention: Softmax -> Dropout -> MatMul): the keywords that ask an
+implementation for dropout, head sizes that read weights back through one-hot values, the keep mask read off the
+implementation, the survivors and the output under it (at the seed's rate and at the rates close to 1), and the
+disjoint position pairs whose keeps must agree as independent coins do."""
 
 from __future__ import annotations
 
 import functools
 
 import numpy as np
+
+from harness.api import Trial, observe_weights
+from harness.api.repro import call_line_for
+from protocol.registry import Variant
+from specs.dropout_mask import keep_mask
+from specs.keyword_edges import DROPOUT_EDGES
+from specs.problems import Problem, build
+from specs.statistics import ALPHA, binomial_pvalue
+from specs.tolerance import dropout_survivor_allowance, forward_allowance
 
 DROPOUT_P = 0.1  # the seed's dropout_p
 SEED = 40_000  # the fixed draws of the per-position test and of the random pairs
@@ -55,3 +65,86 @@ def pair_families(shape: tuple[int, int, int, int]) -> dict[str, tuple[np.ndarra
     half = order.size // 2
     families["random pairs of positions"] = (order[:half], order[half:2 * half])
     return families
+
+
+def observed_keep(trial: Trial, problem: Problem, seed: int, **extra) -> tuple[np.ndarray, object]:
+    """The implementation's keep mask for this seed (True = kept), and its observed weights."""
+    observed = observe_weights(trial, problem, **dropout_call(trial.variant, seed), **extra)
+    if not np.all(observed.oracle.weights > 1e-6):
+        raise AssertionError("the dropout problems must keep every weight far from 0, or a dropped weight "
+                             "could not be told from an underflowed one")
+    return observed.weights != 0, observed
+
+
+def binomial_failure(count: int, trials: int, p: float, what: str) -> str | None:
+    p_value = binomial_pvalue(count, trials, p)
+    if p_value >= ALPHA:
+        return None
+    return f"{what}: {count} of {trials}, expected {p * trials:.1f} (binomial p-value {p_value:.3g} < {ALPHA:g})"
+
+
+def check_dropout_on_weights(variant: Variant) -> None:
+    """Survivors are p_ij / (1 - p), the drop rate is p, and the output on ordinary values is the oracle's
+    (P * keep / (1 - p)) V for the mask the implementation used."""
+    problem = build(batch=4, heads=2, heads_kv=2, n_q=48, n_k=48, **one_hot_head_dims(variant, 48), seed=SEED)
+    trial = Trial(variant, problem)
+    keep, observed = observed_keep(trial, problem, SEED)
+    exact = observed.oracle.weights
+    keywords = dropout_call(variant, SEED)
+    seed = keywords.pop("global_seed", None)
+    call_line = call_line_for(keywords, global_seed=seed)
+    trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - DROPOUT_P), 0.0),
+                       dropout_survivor_allowance(observed.allowance, exact, DROPOUT_P, variant.dtype),
+                       what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,
+                       call_line=call_line)
+    failure = binomial_failure(int((~keep).sum()), keep.size, DROPOUT_P, f"dropout zeroed weights at p = {DROPOUT_P}")
+    if failure:
+        trial.fail(failure, observed.problem)
+    for wrong in (DROPOUT_P / 2, 1.5 * DROPOUT_P, 1 - DROPOUT_P):
+        assert binomial_pvalue(int((~keep).sum()), keep.size, wrong) < ALPHA, f"no power against rate {wrong}"
+    out = trial.call(problem, **dropout_call(variant, SEED))
+    oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
+                                          **trial.oracle_kwargs(problem), keep=keep, dropout_p=DROPOUT_P)
+    trial.expect_close(out, oracle.out, allowance, versus="the oracle's (P * keep / (1 - p)) V under the mask "
+                       "recovered from the one-hot call", call_line=call_line)
+
+
+def check_dropout_edges(variant: Variant, seed: int) -> None:
+    """dropout_p = 0 gives the output of the call without dropout bit for bit; at rates close to 1 the mask
+    recovered from the one-hot call keeps survivors at p_ij / (1 - p), the output is the oracle's
+    (P * keep / (1 - p)) V under it, and with dropout_seed the mask is specs.dropout_mask's."""
+    problem = build(batch=4, heads=2, heads_kv=2, n_q=32, n_k=32, **one_hot_head_dims(variant, 32), seed=seed)
+    trial = Trial(variant, problem)
+    plain = trial.call(problem)
+    zero = trial.call(problem, **dropout_call(variant, seed, 0.0))
+    if not np.array_equal(zero, plain):
+        where = tuple(int(i) for i in np.argwhere(zero != plain)[0])
+        trial.fail("dropout_p=0.0 (the edge: no dropout) does not give the output of the call without dropout "
+                   "bit for bit", details=(f"out{list(where)} = {zero[where]!r} with dropout_p=0.0, "
+                                           f"{plain[where]!r} without; {int((zero != plain).sum())} elements "
+                                           "differ",))
+    for p in DROPOUT_EDGES[1:]:
+        keywords = dropout_call(variant, seed, p)
+        observed = observe_weights(trial, problem, **keywords)
+        exact = observed.oracle.weights
+        if not np.all(exact > 1e-6):
+            raise AssertionError("the problem must keep every weight far from 0, or a dropped weight could not "
+                                 "be told from an underflowed one")
+        keep = observed.weights != 0
+        global_seed = keywords.pop("global_seed", None)
+        call_line = call_line_for(keywords, global_seed=global_seed)
+        if variant.capabilities.dropout_seed:
+            expected = keep_mask(seed, p, keep.shape)
+            if not np.array_equal(keep, expected):
+                trial.fail(f"at dropout_p={p} the mask differs from specs.dropout_mask.keep_mask({seed}, {p}, ...) "
+                           f"at {int((keep != expected).sum())} of {keep.size} positions", observed.problem,
+                           call_line=call_line)
+        trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - p), 0.0),
+                           dropout_survivor_allowance(observed.allowance, exact, p, variant.dtype),
+                           what=f"surviving weights at dropout_p={p}", versus="p_ij / (1 - p)",
+                           problem=observed.problem, call_line=call_line)
+        out = trial.call(problem, **dropout_call(variant, seed, p))
+        oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
+                                              **trial.oracle_kwargs(problem), keep=keep, dropout_p=p)
+        trial.expect_close(out, oracle.out, allowance, what=f"out at dropout_p={p}",
+                           versus="the oracle's (P * keep / (1 - p)) V under the recovered mask", call_line=call_line)

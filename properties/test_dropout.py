@@ -19,60 +19,29 @@ import numpy as np
 import pytest
 
 from harness.api.markers import checks
-from harness.api.observe import observe_weights, one_hot_problem
-from harness.api.repro import call_line_for
+from harness.api.observe import one_hot_problem
 from harness.api.trial import Trial
-from properties.dropout_checks import DROPOUT_P, SEED, dropout_call, one_hot_head_dims, pair_families
+from properties.dropout_checks import (
+    DROPOUT_P,
+    SEED,
+    check_dropout_on_weights,
+    dropout_call,
+    observed_keep,
+    one_hot_head_dims,
+    pair_families,
+)
 from specs.dropout_mask import keep_mask
 from specs.problems import Problem, build
 from specs.statistics import ALPHA, binomial_power, binomial_pvalue
-from specs.tolerance import Allowance, dropout_survivor_allowance, forward_allowance
+from specs.tolerance import Allowance
 
 REPEATS = 1000  # calls of the per-position and unbiasedness tests
-
-
-def observed_keep(trial: Trial, problem: Problem, seed: int, **extra) -> tuple[np.ndarray, object]:
-    """The implementation's keep mask for this seed (True = kept), and its observed weights."""
-    observed = observe_weights(trial, problem, **dropout_call(trial.variant, seed), **extra)
-    if not np.all(observed.oracle.weights > 1e-6):
-        raise AssertionError("the dropout problems must keep every weight far from 0, or a dropped weight "
-                             "could not be told from an underflowed one")
-    return observed.weights != 0, observed
-
-
-def _binomial_failure(count: int, trials: int, p: float, what: str) -> str | None:
-    p_value = binomial_pvalue(count, trials, p)
-    if p_value >= ALPHA:
-        return None
-    return f"{what}: {count} of {trials}, expected {p * trials:.1f} (binomial p-value {p_value:.3g} < {ALPHA:g})"
 
 
 @checks("dropout-on-weights")
 @pytest.mark.requires("dropout")
 def test_dropout_output_equals_the_oracle_under_the_recovered_mask(variant):
-    """Survivors are p_ij / (1 - p), the drop rate is p, and the output on ordinary values is the oracle's
-    (P * keep / (1 - p)) V for the mask the implementation used."""
-    problem = build(batch=4, heads=2, heads_kv=2, n_q=48, n_k=48, **one_hot_head_dims(variant, 48), seed=SEED)
-    trial = Trial(variant, problem)
-    keep, observed = observed_keep(trial, problem, SEED)
-    exact = observed.oracle.weights
-    keywords = dropout_call(variant, SEED)
-    seed = keywords.pop("global_seed", None)
-    call_line = call_line_for(keywords, global_seed=seed)
-    trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - DROPOUT_P), 0.0),
-                       dropout_survivor_allowance(observed.allowance, exact, DROPOUT_P, variant.dtype),
-                       what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,
-                       call_line=call_line)
-    failure = _binomial_failure(int((~keep).sum()), keep.size, DROPOUT_P, f"dropout zeroed weights at p = {DROPOUT_P}")
-    if failure:
-        trial.fail(failure, observed.problem)
-    for wrong in (DROPOUT_P / 2, 1.5 * DROPOUT_P, 1 - DROPOUT_P):
-        assert binomial_pvalue(int((~keep).sum()), keep.size, wrong) < ALPHA, f"no power against rate {wrong}"
-    out = trial.call(problem, **dropout_call(variant, SEED))
-    oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
-                                          **trial.oracle_kwargs(problem), keep=keep, dropout_p=DROPOUT_P)
-    trial.expect_close(out, oracle.out, allowance, versus="the oracle's (P * keep / (1 - p)) V under the mask "
-                       "recovered from the one-hot call", call_line=call_line)
+    check_dropout_on_weights(variant)
 
 
 POSITION_REPEATS = 3600  # seeds of the per-position test: the fewest hundreds with power 0.99 against 1.5p

@@ -19,13 +19,9 @@ from hypothesis import strategies as st
 
 from harness.api import as_numpy
 from harness.api.markers import checks
-from harness.api.observe import observe_weights
-from harness.api.repro import call_line_for
 from harness.api.trial import Trial, problems_for
-from properties.dropout_checks import dropout_call, one_hot_head_dims
-from specs.dropout_mask import keep_mask
+from properties.dropout_checks import check_dropout_edges
 from specs.keyword_edges import (
-    DROPOUT_EDGES,
     LSE_SCORE_EDGES,
     SCALE_TYPES,
     mask_edges,
@@ -34,7 +30,7 @@ from specs.keyword_edges import (
     with_scale,
 )
 from specs.problems import build
-from specs.tolerance import ToleranceUndefined, dropout_survivor_allowance, forward_allowance, lse_allowance
+from specs.tolerance import ToleranceUndefined, lse_allowance
 
 SHAPES = dict(max_n=40, max_d=32)  # the edges are in the keywords, not the sizes: keep the draws cheap
 SEED = 41_000
@@ -85,44 +81,7 @@ def test_mask_edges_match_the_oracle(variant, data):
 @checks("dropout-keyword-domain")
 @pytest.mark.requires("dropout")
 def test_dropout_edges(variant):
-    """dropout_p = 0 gives the output of the call without dropout bit for bit; at rates close to 1 the mask
-    recovered from the one-hot call keeps survivors at p_ij / (1 - p), the output is the oracle's
-    (P * keep / (1 - p)) V under it, and with dropout_seed the mask is specs.dropout_mask's."""
-    problem = build(batch=4, heads=2, heads_kv=2, n_q=32, n_k=32, **one_hot_head_dims(variant, 32), seed=SEED)
-    trial = Trial(variant, problem)
-    plain = trial.call(problem)
-    zero = trial.call(problem, **dropout_call(variant, SEED, 0.0))
-    if not np.array_equal(zero, plain):
-        where = tuple(int(i) for i in np.argwhere(zero != plain)[0])
-        trial.fail("dropout_p=0.0 (the edge: no dropout) does not give the output of the call without dropout "
-                   "bit for bit", details=(f"out{list(where)} = {zero[where]!r} with dropout_p=0.0, "
-                                           f"{plain[where]!r} without; {int((zero != plain).sum())} elements "
-                                           "differ",))
-    for p in DROPOUT_EDGES[1:]:
-        keywords = dropout_call(variant, SEED, p)
-        observed = observe_weights(trial, problem, **keywords)
-        exact = observed.oracle.weights
-        if not np.all(exact > 1e-6):
-            raise AssertionError("the problem must keep every weight far from 0, or a dropped weight could not "
-                                 "be told from an underflowed one")
-        keep = observed.weights != 0
-        seed = keywords.pop("global_seed", None)
-        call_line = call_line_for(keywords, global_seed=seed)
-        if variant.capabilities.dropout_seed:
-            expected = keep_mask(SEED, p, keep.shape)
-            if not np.array_equal(keep, expected):
-                trial.fail(f"at dropout_p={p} the mask differs from specs.dropout_mask.keep_mask({SEED}, {p}, ...) "
-                           f"at {int((keep != expected).sum())} of {keep.size} positions", observed.problem,
-                           call_line=call_line)
-        trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - p), 0.0),
-                           dropout_survivor_allowance(observed.allowance, exact, p, variant.dtype),
-                           what=f"surviving weights at dropout_p={p}", versus="p_ij / (1 - p)",
-                           problem=observed.problem, call_line=call_line)
-        out = trial.call(problem, **dropout_call(variant, SEED, p))
-        oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
-                                              **trial.oracle_kwargs(problem), keep=keep, dropout_p=p)
-        trial.expect_close(out, oracle.out, allowance, what=f"out at dropout_p={p}",
-                           versus="the oracle's (P * keep / (1 - p)) V under the recovered mask", call_line=call_line)
+    check_dropout_edges(variant, SEED)
 
 
 @checks("lse-keyword-domain")

@@ -9,11 +9,10 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from harness.api.evidence import PropertyViolation
-from harness.engine.guarded_call import as_numpy
-from properties import test_formula as formula
-from properties import test_regimes as regimes_properties
+from harness.api import PropertyViolation, as_numpy, check_against_oracle, problems_for, skip_unless_fits
 from protocol.registry import Variant, load_impl
 from specs import dtypes, regimes
 from tests.fixtures import precision_variants
@@ -37,6 +36,16 @@ for _fn in (softmax_sum_in_bfloat16, output_accumulated_in_bfloat16, float32_ins
     _fn.attention_capabilities = BFLOAT16_ONLY
 
 
+def _at_length(variant: Variant) -> None:
+    """What the sdpa-formula property at length runs (properties/test_regimes.py), at the first sequence length."""
+    check_against_oracle(variant, skip_unless_fits(variant, regimes.SEQUENCE_LENGTHS[0]))
+
+
+def _drawn(variant: Variant) -> None:
+    """What the drawn sdpa-formula property runs (properties/test_formula.py), under the active profile."""
+    given(data=st.data())(lambda data: check_against_oracle(variant, data.draw(problems_for(variant))))()
+
+
 def _variant(name: str) -> Variant:
     return Variant(load_impl(f"tests.unit.test_bfloat16:{name}"), "bfloat16")
 
@@ -47,7 +56,7 @@ def test_accumulating_in_bfloat16_fails_the_formula_at_257_keys(name, capsys):
     2^-9 of itself, and the error grows past what the naive formula, summing in float32, gets wrong. The
     failure's repro snippet, run, casts to bfloat16 as the harness did and prints the same failure."""
     with pytest.raises(PropertyViolation, match=r"out differs from the float64 oracle beyond the tolerance") as failure:
-        regimes_properties.test_long_sequences_and_wide_heads_match_oracle(_variant(name), regimes.SEQUENCE_LENGTHS[0])
+        _at_length(_variant(name))
     exec(failure.value.repro, {})
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
@@ -57,14 +66,14 @@ def test_accumulating_in_bfloat16_fails_the_formula_at_257_keys(name, capsys):
 def test_serial_bfloat16_sum_fails_the_drawn_formula_property():
     """The Hypothesis property itself (problems up to 130 keys, the active profile) finds the serial sum."""
     with pytest.raises(PropertyViolation) as failure:
-        formula.test_output_matches_oracle(variant=_variant("softmax_sum_in_bfloat16"))
+        _drawn(_variant("softmax_sum_in_bfloat16"))
     assert "2 x naive bfloat16 error of the row" in failure.value.message()
 
 
 def test_float32_inside_bfloat16_storage_passes_the_formula():
     variant = _variant("float32_inside")
-    formula.test_output_matches_oracle(variant=variant)
-    regimes_properties.test_long_sequences_and_wide_heads_match_oracle(variant, regimes.SEQUENCE_LENGTHS[0])
+    _drawn(variant)
+    _at_length(variant)
 
 
 def test_torch_and_numpy_exchange_bfloat16_bit_for_bit():

@@ -1,4 +1,4 @@
-"""The dropout properties read the keep mask through one-hot values (d_v >= n_k); an implementation that takes
+"""The dropout properties' checks read the keep mask through one-hot values (d_v >= n_k); an implementation that takes
 d_v = d only (value_dim False, flash-attn's) gets problems of d = d_v = n_k, so they reach it (they raised
 "one-hot values need d_v >= n_k" before), and a wrong mask is still caught there."""
 
@@ -9,8 +9,7 @@ import dataclasses
 import pytest
 
 from harness.api.evidence import PropertyViolation
-from properties import test_dropout as dropout
-from properties import test_keyword_domain as keyword_domain
+from properties.dropout_checks import check_dropout_edges, check_dropout_on_weights
 from protocol.registry import Variant, load_impl
 
 FLASH = "impls.torch.torch_flash_records:flash_tiled"  # takes dropout_p; correct
@@ -22,11 +21,11 @@ def _one_head_dim(fn=None) -> Variant:
     return Variant(dataclasses.replace(impl, capabilities=capabilities, fn=fn or impl.fn), "float64")
 
 
-@pytest.mark.parametrize("prop", [dropout.test_dropout_output_equals_the_oracle_under_the_recovered_mask,
-                                  keyword_domain.test_dropout_edges], ids=lambda p: p.__name__)
-def test_an_implementation_of_one_head_dim_is_checked_and_passes(prop):
+@pytest.mark.parametrize("check", [check_dropout_on_weights, lambda variant: check_dropout_edges(variant, seed=7)],
+                         ids=["dropout-on-weights", "dropout-keyword-domain"])
+def test_an_implementation_of_one_head_dim_is_checked_and_passes(check):
     pytest.importorskip("torch")
-    prop(_one_head_dim())
+    check(_one_head_dim())
 
 
 def test_an_implementation_of_one_head_dim_without_the_rescale_is_caught():
@@ -39,4 +38,4 @@ def test_an_implementation_of_one_head_dim_without_the_rescale_is_caught():
         return out * (1 - kwargs.get("dropout_p", 0.0))
 
     with pytest.raises(PropertyViolation):
-        dropout.test_dropout_output_equals_the_oracle_under_the_recovered_mask(_one_head_dim(unscaled))
+        check_dropout_on_weights(_one_head_dim(unscaled))

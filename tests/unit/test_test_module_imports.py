@@ -2,7 +2,7 @@
 interpretations/*_checks.py, tests/fixtures), which tests import instead. Found from each test module's syntax tree,
 imports inside functions included.
 
-The modules below still import property modules, to run a property function in-process and read its
+The three modules below still import property modules, to run a property function in-process and read its
 PropertyViolation: its repro snippet, its figure, or the derive steps that rebuild its problem. They go when repro
 snippets are built from the callable a property ran, not from code strings (the next step of the same work); the
 list must shrink, never grow."""
@@ -16,7 +16,6 @@ from tests.fixtures.runs import ROOT
 
 TEST_PACKAGES = ("properties", "interpretations", "tests")
 STILL_RUNNING_PROPERTIES = {
-    "tests/unit/test_bfloat16.py": {"properties.test_formula", "properties.test_regimes"},
     "tests/unit/test_derivations.py": {
         "interpretations.test_bayesian", "interpretations.test_differential", "interpretations.test_geometric",
         "interpretations.test_probabilistic", "properties.test_dropout", "properties.test_formula",
@@ -24,7 +23,6 @@ STILL_RUNNING_PROPERTIES = {
         "properties.test_keyword_domain", "properties.test_masking", "properties.test_poisoning",
         "properties.test_probability", "properties.test_scaling", "properties.test_score_mods",
         "properties.test_sharded", "properties.test_stability", "properties.test_symmetry", "properties.test_tiling"},
-    "tests/unit/test_dropout_head_dims.py": {"properties.test_dropout", "properties.test_keyword_domain"},
     "tests/unit/test_failure_reading_figures.py": {"properties.test_formula", "properties.test_gradients",
                                                    "properties.test_poisoning"},
     "tests/unit/test_failure_reading_repro.py": {"properties.test_masking", "properties.test_regimes",
