@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -212,13 +213,11 @@ class RankPool:
                         raise RankFailed(f"rank {rank} waited for its peers past the group's {GROUP_TIMEOUT_S:g} s "
                                          f"timeout: {payload}", status)
                     if status == "crashed":
-                        raise RankFailed(f"rank {rank} died during the {what}", "crashed")
+                        raise RankFailed(f"rank {rank} died during the {what}{_how_it_ended(process)}", "crashed")
                     answers[rank] = payload
                     del pending[rank]
                 elif process.sentinel in ready:
-                    process.join(1)
-                    raise RankFailed(f"rank {rank} died during the {what} (exit status {process.exitcode})",
-                                     "crashed")
+                    raise RankFailed(f"rank {rank} died during the {what}{_how_it_ended(process)}", "crashed")
         return [answers[rank] for rank in sorted(answers)]
 
     def run(self, target: str, world: int, shards: list[tuple[np.ndarray, ...]], keywords: dict,
@@ -242,3 +241,15 @@ class RankPool:
 
 POOL = RankPool()
 atexit.register(POOL.close)
+
+
+def _how_it_ended(process) -> str:
+    """How a rank's process ended, for the failure's message: its exit status, or the signal that killed it (a
+    segmentation fault, the kernel's out-of-memory killer), after waiting a second for it to go."""
+    process.join(1)
+    code = process.exitcode
+    if code is None:
+        return " (its connection closed; the process still runs)"
+    if code < 0:
+        return f" (killed by {signal.Signals(-code).name})"
+    return f" (exit status {code})"

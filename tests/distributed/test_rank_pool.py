@@ -57,9 +57,11 @@ def test_a_rank_waiting_in_a_collective_its_peer_never_joins_is_a_timeout():
     np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries")).numpy(), Q)
 
 
-def test_a_rank_that_dies_is_a_crash_and_the_pool_is_rebuilt():
-    with pytest.raises(CallFailed, match="rank 1 died during the call") as info:
-        _call("rank_one_dies")
+@pytest.mark.parametrize(("target", "how"), [("rank_one_dies", r"exit status 3"),
+                                             ("rank_one_is_killed", r"killed by SIGKILL")])
+def test_a_rank_that_dies_is_a_crash_saying_how_and_the_pool_is_rebuilt(target, how):
+    with pytest.raises(CallFailed, match=rf"rank 1 died during the call \({how}\)") as info:
+        _call(target)
     assert info.value.kind == "crashed"
     np.testing.assert_array_equal(torch.as_tensor(_call("returns_queries")).numpy(), Q)
 
