@@ -6,7 +6,9 @@ contiguous shard of the sequence each (the protocol's (batch, heads, n_local, d)
 around flash-attn's `flash_attn_func` (scatter the heads, gather the sequence, and back); `softmax_scale` None is
 1/sqrt(d); out in the same layout, no LSE (the module drops it). The heads, and the kv heads with them, are scattered
 among the ranks, so both must divide by W: the record declares heads_divisible and one head count for q, k and v
-(gqa False); d_v = d (value_dim False), as flash-attn's. Float32 and float16 (the interpreter mishandles bfloat16
+(gqa False); d_v = d (value_dim False), as flash-attn's. The all-to-alls exchange equal blocks, so every rank's
+shard has the same length (even_shards): given shards of different lengths, gloo aborts the ranks ("Received data
+size doesn't match expected size", SIGABRT). Float32 and float16 (the interpreter mishandles bfloat16
 dots, triton-lang/triton#11584). Gradients through the library's all-to-all autograd functions and flash-attn's
 backward. Its hybrid (Ulysses x ring) attention needs process groups made by every rank of the world
 (`set_seq_parallel_pg`), which a call on a subgroup of the suite's pool cannot make: not offered.
@@ -33,7 +35,7 @@ def _yunchang():
 
 @attention_impl(name="yunchang-ulysses", backend="peers", dtypes=("float32", "float16"), tensors="torch",
                 causal_alignment="top_left", cross=False, gqa=False, value_dim=False, heads_divisible=True,
-                faces=("sharded",), max_seq=interpreted_max_seq(),
+                even_shards=True, faces=("sharded",), max_seq=interpreted_max_seq(),
                 probe=installed("yunchang", "flash_attn", "triton", installer="tox -e distributed-peers"))
 def yunchang_ulysses(q, k, v, *, group, scale=None, causal=False):
     """yunchang's UlyssesAttention of this rank's shards (the module's docstring)."""
