@@ -14,6 +14,7 @@ import pytest
 
 from harness.command_line.cli import main, pytest_args
 from harness.pytest_plugin.options import SUITE_ROOT, runs_the_suite
+from harness.reporting.report import SCHEMA
 from tests.fixtures.runs import ROOT
 
 USER_CODE = '''
@@ -55,7 +56,7 @@ def test_check_runs_from_a_directory_outside_the_project(tmp_path):
     statuses = {(v["claim"], v["impl"]): v["status"] for v in report["verdicts"]}
     assert statuses[("rows-sum-to-one", "my_attn:attention[float64]")] == "pass"
     assert statuses[("rows-sum-to-one", "my_attn.py:unnormalised[float64]")] == "fail"
-    assert report["schema"] == 1 and report["profile"] == "ci"
+    assert report["schema"] == SCHEMA and report["profile"] == "ci"
 
 
 def test_pytest_args_name_the_suite_packages_and_pass_the_rest_on(monkeypatch):

@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from harness.api import PropertyViolation, as_numpy, check_against_oracle, problems_for, skip_unless_fits
+from harness.api import PropertyViolation, as_numpy, check_against_oracle, skip_unless_fits
+from properties import test_formula as formula  # the drawn property itself, its search as the suite runs it
 from protocol.registry import Variant, load_impl
 from specs import dtypes, regimes
 from tests.fixtures import precision_variants
@@ -41,11 +40,6 @@ def _at_length(variant: Variant) -> None:
     check_against_oracle(variant, skip_unless_fits(variant, regimes.SEQUENCE_LENGTHS[0]))
 
 
-def _drawn(variant: Variant) -> None:
-    """What the drawn sdpa-formula property runs (properties/test_formula.py), under the active profile."""
-    given(data=st.data())(lambda data: check_against_oracle(variant, data.draw(problems_for(variant))))()
-
-
 def _variant(name: str) -> Variant:
     return Variant(load_impl(f"tests.unit.test_bfloat16:{name}"), "bfloat16")
 
@@ -66,13 +60,13 @@ def test_accumulating_in_bfloat16_fails_the_formula_at_257_keys(name, capsys):
 def test_serial_bfloat16_sum_fails_the_drawn_formula_property():
     """The Hypothesis property itself (problems up to 130 keys, the active profile) finds the serial sum."""
     with pytest.raises(PropertyViolation) as failure:
-        _drawn(_variant("softmax_sum_in_bfloat16"))
+        formula.test_output_matches_oracle(variant=_variant("softmax_sum_in_bfloat16"))
     assert "2 x naive bfloat16 error of the row" in failure.value.message()
 
 
 def test_float32_inside_bfloat16_storage_passes_the_formula():
     variant = _variant("float32_inside")
-    _drawn(variant)
+    formula.test_output_matches_oracle(variant=variant)
     _at_length(variant)
 
 
