@@ -10,6 +10,8 @@ from harness.api.observe import ObservedWeights
 from harness.api.trial import Trial
 from interpretations.exact_problems import EXACT_D, exact_problem
 from protocol.registry import Variant
+from specs.constructions import cosine_directions, keys_of_lengths, self_attention_of_keys, unit_inputs
+from specs.derivations import keys_translated, values_affine, with_keywords
 from specs.problems import Problem
 from specs.reference import repeat_kv
 from specs.tolerance import (
@@ -28,19 +30,16 @@ TAU = 0.1  # the seed's temperature (0.1是温度系数)
 def self_attention(problem: Problem, *, unit: bool = False) -> Problem:
     """Q = K = X: X is the problem's keys (scaled to length 1 when `unit`), and every query head reads its
     own kv head's tokens, so query i of a head meets its own token as key i."""
-    group = problem.q.shape[1] // problem.k.shape[1]
-    take = "x = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True)" if unit else "x = p.k"
-    return problem.derive(f"{take}; p = p.replace(k=x, q=np.repeat(x, {group}, axis=1))")
+    return problem.derive(self_attention_of_keys, unit)
 
 
 def unit_queries_and_keys(problem: Problem) -> Problem:
-    return problem.derive("p = p.replace(q=p.q / np.linalg.norm(p.q, axis=-1, keepdims=True), "
-                          "k=p.k / np.linalg.norm(p.k, axis=-1, keepdims=True))")
+    return problem.derive(unit_inputs)
 
 
 def keys_of_many_lengths(problem: Problem) -> Problem:
     """Key j scaled by 2^((j mod 5) - 2), from 1/4 to 4: keys far from the query can still align with it."""
-    return problem.derive("p = p.replace(k=p.k * 2.0 ** (np.arange(p.n_k) % 5 - 2)[:, None])")
+    return problem.derive(keys_of_lengths)
 
 
 def orthogonal_move(q: np.ndarray, k: np.ndarray, seed: int) -> np.ndarray:
@@ -186,12 +185,11 @@ def cosine_problems(variant: Variant, problem: Problem, tau: float = TAU) -> tup
     """(raw, unit): raw q, k of lengths 1..4 and 2..4 along directions of +-1/4 entries, so |x| and x / |x|
     are exact and cos(q_i, k_j) is a multiple of 1/8; unit: them normalised with scale 1/tau (folded into
     q as sqrt(d) / tau for an implementation without a scale keyword, whose default is 1/sqrt(d))."""
-    raw = problem.derive("p = p.replace(q=np.sign(p.q + 0.5) / 4 * (1 + np.arange(p.n_q) % 4)[:, None], "
-                         "k=np.sign(p.k + 0.5) / 4 * (2 + np.arange(p.n_k) % 3)[:, None])")
-    unit = "q=p.q / np.linalg.norm(p.q, axis=-1, keepdims=True), k=p.k / np.linalg.norm(p.k, axis=-1, keepdims=True)"
+    raw = problem.derive(cosine_directions)
+    unit = raw.derive(unit_inputs)
     if variant.capabilities.scale:
-        return raw, raw.derive(f"p = p.replace({unit}, scale={1 / tau!r})")
-    return raw, raw.derive(f"p = p.replace({unit}); p = p.replace(q=p.q * {np.sqrt(EXACT_D) / tau!r})")
+        return raw, unit.derive(with_keywords, scale=1 / tau)
+    return raw, unit.scale_queries(float(np.sqrt(EXACT_D) / tau))
 
 
 def cosines(q: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -220,7 +218,7 @@ def expect_cosine_attention(variant: Variant, problem: Problem) -> float:
 def translated_keys(problem: Problem, seed: int) -> Problem:
     """Every key moved by one integer vector c, entries in [-2, 2]: each row's scores move by s q_i.c."""
     c = _seeded(seed, lambda rng: rng.integers(-2, 3, problem.k.shape[-1]).astype(float))
-    return problem.derive(f"p = p.replace(k=p.k + np.array({c}))")
+    return problem.derive(keys_translated, c)
 
 
 def expect_key_translation_invariance(variant: Variant, problem: Problem) -> float:
@@ -232,7 +230,7 @@ def expect_key_translation_invariance(variant: Variant, problem: Problem) -> flo
 def affine_values(problem: Problem, seed: int) -> tuple[Problem, np.ndarray]:
     """V -> a V + b, b an integer vector in [-20, 20] (d_v entries)."""
     b = _seeded(seed, lambda rng: rng.integers(-20, 21, problem.v.shape[-1]).astype(float))
-    return problem.derive(f"p = p.replace(v={A_VALUES!r} * p.v + np.array({b}))"), np.array(b)
+    return problem.derive(values_affine, A_VALUES, b), np.array(b)
 
 
 def expect_value_affine_equivariance(variant: Variant, problem: Problem) -> float:

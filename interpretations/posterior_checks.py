@@ -10,6 +10,7 @@ from harness.api.observe import observe_weights
 from harness.api.trial import Trial
 from interpretations.exact_problems import EXACT_D, exact_problem
 from protocol.registry import Variant
+from specs.constructions import prior_appended
 from specs.problems import Problem
 from specs.reference import repeat_kv
 from specs.tolerance import forward_allowance, product_allowance
@@ -59,9 +60,7 @@ def with_prior(problem: Problem, logs: list[float]) -> Problem:
     """q'_i = [q_i, 1/s], k'_j = [k_j, log pi_j] on a problem of head dim 15: s' = 1/sqrt(16) = 1/4 is the scale
     the implementation applies to the 16-dimensional problem (its default, and the suite passes none), so
     s' q'_i.k'_j = s' q_i.k_j + log pi_j, an additive log-prior bias on every score, exact in every dtype."""
-    return problem.derive(
-        f"p = p.replace(q=np.concatenate([p.q, np.full(p.q.shape[:-1] + (1,), {np.sqrt(EXACT_D)!r})], axis=-1), "
-        f"k=np.concatenate([p.k, np.broadcast_to(np.array({logs})[:, None], p.k.shape[:-1] + (1,))], axis=-1))")
+    return problem.derive(prior_appended, logs, float(np.sqrt(EXACT_D)))
 
 
 def check_uniform_prior(variant: Variant) -> tuple[float, float]:

@@ -34,6 +34,7 @@ from interpretations.geometric_checks import (
     self_attention,
     unit_queries_and_keys,
 )
+from specs.derivations import with_arrays
 from specs.problems import Problem, build
 from specs.strategies import head_dims, lengths
 from specs.tolerance import (
@@ -139,8 +140,8 @@ def opposite_unit_tokens() -> Problem:
     """A fixed witness at the edge of the cosine range: tokens (1, 0) and (-1, 0), cosines exactly +-1, so each
     row's two weights differ by exactly e^(2s) and only the float64 rounding of the check separates a correct
     implementation from one whose weights are off (drawn tokens reach this edge only with d = 1)."""
-    return build(n_q=2, n_k=2, d=2, d_v=2).derive(
-        "x = np.array([[[[1.0, 0.0], [-1.0, 0.0]]]]); p = p.replace(q=x, k=x, v=x)")
+    tokens = [[[[1.0, 0.0], [-1.0, 0.0]]]]
+    return build(n_q=2, n_k=2, d=2, d_v=2).derive(with_arrays, q=tokens, k=tokens, v=tokens)
 
 
 @checks("unit-dot-product-is-cosine")

@@ -19,6 +19,8 @@ from harness.api.markers import checks
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial, problems_for
 from protocol.registry import Variant
+from specs.constructions import integer_scored, ladder_of_gaps, residue_masked
+from specs.derivations import with_keywords
 from specs.problems import Problem, build
 from specs.statistics import ALPHA, bernstein_radius
 from specs.tolerance import (
@@ -134,17 +136,15 @@ ENTROPY_SCALES = (0.1, 0.3, 1.0, 3.0, 10.0, COLD_SCALE)
 def integer_scores(d_v: int = 3) -> Problem:
     """Scores c_ij in {0, 1, 2, 3} (seeded), row 0 all equal (a full tie): one-hot keys e_j in d = 16 and q_i = c_i,
     so q.k_j = c_ij exactly and the default scale 1/4 is a power of two. Rows tie at their top or not."""
-    return build(n_q=TEMPERATURE_N, n_k=TEMPERATURE_N, d=16, d_v=d_v, seed=SEED).derive(
-        "c = np.random.default_rng(7).integers(0, 4, (12, 12)).astype(float); c[0] = 2.0; "
-        "p = p.replace(q=np.pad(c, ((0, 0), (0, 4)))[None, None], k=np.eye(12, 16)[None, None])")
+    return build(n_q=TEMPERATURE_N, n_k=TEMPERATURE_N, d=16, d_v=d_v, seed=SEED).derive(integer_scored, 7)
 
 
 def at_scale(variant: Variant, problem: Problem, scale: float) -> Problem:
     """Scores scale * c: through the scale keyword where the implementation takes it, else q * 4 scale (the
     default scale 1/sqrt(16) = 1/4 undoes the 4 exactly)."""
     if variant.capabilities.scale:
-        return problem.derive(f"p = p.replace(scale={scale!r})")
-    return problem.derive(f"p = p.replace(q=p.q * {4 * scale!r})")
+        return problem.derive(with_keywords, scale=scale)
+    return problem.scale_queries(4 * scale)
 
 
 @checks("scale-to-infinity-is-argmax")
@@ -161,7 +161,7 @@ def test_large_scale_gives_argmax_with_ties_split(variant):
 
 def masked(problem: Problem) -> Problem:
     """A fixed mask hiding key j from query i when (i + 2 j) % 3 == 0: every row keeps 8 of 12 keys."""
-    return problem.derive("p = p.replace(mask=((np.arange(12)[:, None] + 2 * np.arange(12)) % 3 != 0)[None, None])")
+    return problem.derive(residue_masked)
 
 
 @checks("scale-to-zero-is-mean")
@@ -218,10 +218,7 @@ def underflow_ladder(lowest: float, highest: float) -> Problem:
     """Row i scores key 0 at 0 and keys 1..15 at -g for 15 consecutive gaps g of a 240-step ladder: 120 steps from
     0.5 up to `lowest`, 120 from `lowest` to 1.1 x `highest` (one-hot keys, d = 16, the default scale 1/4 undone
     by q = -4 g)."""
-    return build(n_q=ZERO_N, n_k=ZERO_N, d=ZERO_N, d_v=ZERO_N, seed=SEED).derive(
-        f"g = np.concatenate([np.linspace(0.5, {lowest!r}, 120, endpoint=False), "
-        f"np.linspace({lowest!r}, {1.1 * highest!r}, 120)]).reshape(16, 15); q = np.zeros((1, 1, 16, 16)); "
-        "q[0, 0, :, 1:] = -4.0 * g; p = p.replace(q=q, k=np.eye(16)[None, None])")
+    return build(n_q=ZERO_N, n_k=ZERO_N, d=ZERO_N, d_v=ZERO_N, seed=SEED).derive(ladder_of_gaps, lowest, highest)
 
 
 @checks("siwuxiang-zero-needs-mask-or-underflow")

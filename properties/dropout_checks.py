@@ -10,7 +10,7 @@ import functools
 import numpy as np
 
 from harness.api import Trial, observe_weights
-from harness.api.repro import call_line_for
+from harness.api.reproducible import reproducible
 from protocol.registry import Variant
 from specs.dropout_mask import keep_mask
 from specs.keyword_edges import DROPOUT_EDGES
@@ -83,6 +83,7 @@ def binomial_failure(count: int, trials: int, p: float, what: str) -> str | None
     return f"{what}: {count} of {trials}, expected {p * trials:.1f} (binomial p-value {p_value:.3g} < {ALPHA:g})"
 
 
+@reproducible
 def check_dropout_on_weights(variant: Variant) -> None:
     """Survivors are p_ij / (1 - p), the drop rate is p, and the output on ordinary values is the oracle's
     (P * keep / (1 - p)) V for the mask the implementation used."""
@@ -90,13 +91,9 @@ def check_dropout_on_weights(variant: Variant) -> None:
     trial = Trial(variant, problem)
     keep, observed = observed_keep(trial, problem, SEED)
     exact = observed.oracle.weights
-    keywords = dropout_call(variant, SEED)
-    seed = keywords.pop("global_seed", None)
-    call_line = call_line_for(keywords, global_seed=seed)
     trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - DROPOUT_P), 0.0),
                        dropout_survivor_allowance(observed.allowance, exact, DROPOUT_P, variant.dtype),
-                       what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem,
-                       call_line=call_line)
+                       what="surviving weights", versus="p_ij / (1 - p)", problem=observed.problem)
     failure = binomial_failure(int((~keep).sum()), keep.size, DROPOUT_P, f"dropout zeroed weights at p = {DROPOUT_P}")
     if failure:
         trial.fail(failure, observed.problem)
@@ -106,9 +103,10 @@ def check_dropout_on_weights(variant: Variant) -> None:
     oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
                                           **trial.oracle_kwargs(problem), keep=keep, dropout_p=DROPOUT_P)
     trial.expect_close(out, oracle.out, allowance, versus="the oracle's (P * keep / (1 - p)) V under the mask "
-                       "recovered from the one-hot call", call_line=call_line)
+                       "recovered from the one-hot call")
 
 
+@reproducible
 def check_dropout_edges(variant: Variant, seed: int) -> None:
     """dropout_p = 0 gives the output of the call without dropout bit for bit; at rates close to 1 the mask
     recovered from the one-hot call keeps survivors at p_ij / (1 - p), the output is the oracle's
@@ -131,20 +129,17 @@ def check_dropout_edges(variant: Variant, seed: int) -> None:
             raise AssertionError("the problem must keep every weight far from 0, or a dropped weight could not "
                                  "be told from an underflowed one")
         keep = observed.weights != 0
-        global_seed = keywords.pop("global_seed", None)
-        call_line = call_line_for(keywords, global_seed=global_seed)
         if variant.capabilities.dropout_seed:
             expected = keep_mask(seed, p, keep.shape)
             if not np.array_equal(keep, expected):
                 trial.fail(f"at dropout_p={p} the mask differs from specs.dropout_mask.keep_mask({seed}, {p}, ...) "
-                           f"at {int((keep != expected).sum())} of {keep.size} positions", observed.problem,
-                           call_line=call_line)
+                           f"at {int((keep != expected).sum())} of {keep.size} positions", observed.problem)
         trial.expect_close(np.where(keep, observed.weights, 0.0), np.where(keep, exact / (1 - p), 0.0),
                            dropout_survivor_allowance(observed.allowance, exact, p, variant.dtype),
                            what=f"surviving weights at dropout_p={p}", versus="p_ij / (1 - p)",
-                           problem=observed.problem, call_line=call_line)
+                           problem=observed.problem)
         out = trial.call(problem, **dropout_call(variant, seed, p))
         oracle, allowance = forward_allowance(*trial.exact_inputs(problem), dtype=variant.dtype,
                                               **trial.oracle_kwargs(problem), keep=keep, dropout_p=p)
         trial.expect_close(out, oracle.out, allowance, what=f"out at dropout_p={p}",
-                           versus="the oracle's (P * keep / (1 - p)) V under the recovered mask", call_line=call_line)
+                           versus="the oracle's (P * keep / (1 - p)) V under the recovered mask")

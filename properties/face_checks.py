@@ -38,7 +38,7 @@ def source_problems(draw, variant: Variant, face: str, *, max_batch: int, max_n:
 
 
 def check_sequence(trial: Trial, b: int, got: np.ndarray, lse: object, exact: tuple[np.ndarray, ...], problem: Problem,
-                   script: str, pack_keys: int | None = None) -> None:
+                   pack_keys: int | None = None) -> None:
     """Sequence b (dense batch entry b, cut to the keys in `exact`): its output `got` (1, heads, n_q, d_v) within
     the tolerance model of its own dense attention, and its log-sum-exp `lse` (1, heads, n_q; None when not asked)
     equal to the oracle's where that is infinite and within specs.tolerance.lse_allowance elsewhere. A sequence
@@ -52,25 +52,24 @@ def check_sequence(trial: Trial, b: int, got: np.ndarray, lse: object, exact: tu
     if not exact[1].shape[2]:
         if np.any(got != 0):
             trial.fail(f"sequence {b} has no key, but its output is {got.reshape(-1)[:4]} where it must be 0",
-                       problem, script=script)
+                       problem)
         sinks = kwargs.get("sinks")
         expected = -np.inf if sinks is None else np.asarray(sinks, np.float64)[None, :, None]
         if lse is not None and np.any(np.broadcast_to(expected, got.shape[:3]) != as_numpy(lse)):
             trial.fail(f"sequence {b} has no key, but its log-sum-exp is not {'-inf' if sinks is None else 'its sink'}",
-                       problem, details=(f"lse = {as_numpy(lse).reshape(-1)[:4]}",), script=script)
+                       problem, details=(f"lse = {as_numpy(lse).reshape(-1)[:4]}",))
         return
     try:
         oracle, allowance = forward_allowance(*exact, dtype=trial.dtype, **kwargs)
     except ToleranceUndefined:
         reject()
-    trial.expect_close(got, oracle.out, allowance, what=what, problem=problem, script=script)
+    trial.expect_close(got, oracle.out, allowance, what=what, problem=problem)
     if lse is None:
         return
     lse = as_numpy(lse).astype(np.float64)
     infinite = ~np.isfinite(oracle.lse)
     if np.any(infinite & (lse != oracle.lse)):
-        trial.fail(f"the log-sum-exp of sequence {b} differs from the oracle's where that is infinite", problem,
-                   script=script)
+        trial.fail(f"the log-sum-exp of sequence {b} differs from the oracle's where that is infinite", problem)
     try:
         bound = lse_allowance(*exact, dtype=trial.dtype, oracle=oracle, **kwargs)
     except ToleranceUndefined:
@@ -79,4 +78,4 @@ def check_sequence(trial: Trial, b: int, got: np.ndarray, lse: object, exact: tu
         # Hypothesis's health check instead of passing unchecked
         reject()
     trial.expect_close(np.where(infinite, 0.0, lse), np.where(infinite, 0.0, oracle.lse), bound,
-                       what=f"lse of sequence {b}", problem=problem, script=script)
+                       what=f"lse of sequence {b}", problem=problem)

@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.api.observe import ObservedWeights
 from harness.api.trial import Trial
+from specs.derivations import values_resized
 from specs.problems import Problem
 
 
@@ -35,8 +36,8 @@ def expect_distribution(similarities: dict[str, Fraction]) -> None:
 
 def mismatched_values(problem: Problem) -> list[Problem]:
     """The problem with one value more than there are keys and, when n_k > 1, one fewer."""
-    more = problem.derive("p = p.replace(v=np.concatenate([p.v, p.v[:, :, :1]], axis=2))")
-    fewer = problem.derive("p = p.replace(v=p.v[:, :, :-1])")
+    more = problem.derive(values_resized, 1)
+    fewer = problem.derive(values_resized, -1)
     return [more, fewer] if problem.n_k > 1 else [more]
 
 

@@ -10,6 +10,7 @@ import pytest
 from harness.api.assertions import assert_within
 from harness.api.trial import Trial
 from impls.seeds.seed_code.seed001_multihead import SEED_SPLIT_MERGE
+from specs.derivations import affinely_changed, heads_taken, values_of
 from specs.problems import Problem
 from specs.reference import attention, merge_heads, split_heads
 from specs.tolerance import Allowance, forward_allowance, product_allowance, value_shift_allowance
@@ -29,8 +30,8 @@ def expect_kv_head_read_by_its_group(trial: Trial, g: int) -> None:
     problem = trial.problem
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     shift = 10.0 * (float(np.abs(problem.v).max()) + 1.0)
-    changed = problem.derive(f"v = p.v.copy(); v[:, {g}] += {shift!r}; p = p.replace(v=v)")
-    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))")
+    changed = problem.derive(affinely_changed, "v", 1, g, g + 1, 1.0, shift)
+    ones = problem.derive(values_of, "ones")
     # each output with its allowance: the oracle's plus the rounding of the implementation's own weights
     (out_changed, changed_bound), (out, base_bound), (row_sums, sums_bound) = (
         _output_within(trial, p) for p in (changed, problem, ones))
@@ -47,7 +48,7 @@ def expect_kv_head_read_by_its_group(trial: Trial, g: int) -> None:
 def one_head(problem: Problem, h: int) -> Problem:
     """Query head h alone, with the kv head it reads."""
     g = h // (problem.q.shape[1] // problem.k.shape[1])
-    return problem.derive(f"p = p.replace(q=p.q[:, {h}:{h + 1}], k=p.k[:, {g}:{g + 1}], v=p.v[:, {g}:{g + 1}])")
+    return problem.derive(heads_taken, h, g)
 
 
 def expect_head_as_if_alone(trial: Trial, h: int) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 
 from harness.api.trial import Trial
 from protocol.registry import Variant
+from specs.derivations import positions_taken, spans_taken
 from specs.problems import Problem
 from specs.sharding import chunks, shards_exchanged
 from specs.tolerance import Allowance, merge_order_allowance
@@ -20,13 +21,13 @@ def cut_to_equal_shards(problem: Problem, world: int, layout: str, *, queries: b
     n_k = problem.n_k - problem.n_k % pieces
     if (n_q, n_k) == (problem.n_q, problem.n_k):
         return problem
-    return problem.derive(f"p = p.replace(q=p.q[:, :, :{n_q}], k=p.k[:, :, :{n_k}], v=p.v[:, :, :{n_k}])")
+    return problem.derive(spans_taken, queries=(0, n_q), keys=(0, n_k))
 
 
 def exchanged_keys(problem: Problem, world: int, layout: str, shift: int) -> Problem:
     """`problem` with its keys and values laid so that rank r of `world` holds what rank r + shift held."""
     order = shards_exchanged(problem.n_k, world, layout, shift).tolist()
-    return problem.derive(f"p = p.replace(k=p.k[:, :, {order}], v=p.v[:, :, {order}])")
+    return problem.derive(positions_taken, keys=order)
 
 
 def merge_order_comparison(variant: Variant, problem: Problem, *, world: int,

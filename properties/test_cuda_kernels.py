@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from impls.cuda.geometry import TileCase
 from impls.cuda.runtime.on_cpu import KernelDefect
@@ -48,19 +49,18 @@ def check_kernel(variant: Variant, data: st.DataObject, checker: str) -> None:
     run_checked(Trial(variant, problem), checker, blocks)
 
 
-def run_checked(trial: Trial, checker: str, blocks: dict, case: TileCase | None = None) -> None:
-    """Run the trial's problem under `checker`; a report fails the claim the checker encodes."""
-    extra = ", ".join(f"{key}={value!r}" for key, value in blocks.items())
-    script = (f"fn.cuda_run(q, k, v, **p.kwargs(), {extra + ', ' if extra else ''}executor={checker!r})"
-              "  # raises KernelDefect with the checker's report")
+@reproducible
+def run_checked(trial: Trial, checker: str, blocks: dict, case: str | None = None) -> None:
+    """Run the trial's problem under `checker` (at the tile edge case named `case`); a report fails the claim the
+    checker encodes."""
     try:
         trial.variant.impl.fn.cuda_run(*trial.inputs(), **trial.problem.kwargs(), **blocks, executor=checker)
     except KernelDefect as defect:
         # ThreadSanitizer also reports accesses to freed memory: those break memory safety, not race freedom
         memory = checker == "racecheck" and "ThreadSanitizer: data race" not in defect.report
-        at = f" at the tile edge case {case.name}" if case else ""
+        at = f" at the tile edge case {case}" if case else ""
         trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}){at}: "
-                   f"{defect.report.splitlines()[0]}", details=(defect.report,), script=script,
+                   f"{defect.report.splitlines()[0]}", details=(defect.report,),
                    claim="kernel-memory-safe" if memory else CHECKER_CLAIMS[checker], observed={"checker": checker})
 
 
@@ -74,7 +74,7 @@ def tile_edge_cases(variant: Variant) -> list[tuple[TileCase, Problem]]:
 
 def check_tile_edges(variant: Variant, checker: str) -> None:
     for case, problem in tile_edge_cases(variant):
-        run_checked(Trial(variant, problem), checker, {}, case)
+        run_checked(Trial(variant, problem), checker, {}, case.name)
 
 
 @checks("kernel-memory-safe")
@@ -137,7 +137,12 @@ def test_kv_cache_face_under_the_checkers(variant, data):
     a sequence's pages outside the pool (properties/test_kv_cache.py's layouts)."""
     problem = data.draw(problems_for(variant, causal=variant.capabilities.causal and data.draw(st.booleans()),
                                      empty_rows=True, **{**SMALL, "max_batch": 3}), label="problem")
-    plan = data.draw(cache_plans(variant, problem), label="cache")
+    check_kv_cache_face_under_the_checkers(variant, problem, data.draw(cache_plans(variant, problem), label="cache"))
+
+
+@reproducible
+def check_kv_cache_face_under_the_checkers(variant: Variant, problem: Problem, plan: dict) -> None:
+    """The kernel's kv-cache face on the cache `plan` builds (specs.kv_cache.build_cache) under each checker."""
     trial = Trial(variant, problem)
     cache = build_cache(*trial.inputs(), **plan)
     for checker, claim in CHECKER_CLAIMS.items():
@@ -148,7 +153,4 @@ def test_kv_cache_face_under_the_checkers(variant, data):
             memory = checker == "racecheck" and "ThreadSanitizer: data race" not in defect.report
             trial.fail(f"{checker} reports a defect in {defect.kernel} ({defect.entry}) through the kv-cache face: "
                        f"{defect.report.splitlines()[0]}", details=(defect.report,),
-                       script=f"from specs.kv_cache import build_cache\ncache = build_cache(q, k, v, **{plan!r})\n"
-                              f"fn.cuda_kv_cache_run(*cache.arrays, **cache.keywords, **p.kwargs(), "
-                              f"executor={checker!r})", claim="kernel-memory-safe" if memory else claim,
-                       observed={"checker": checker})
+                       claim="kernel-memory-safe" if memory else claim, observed={"checker": checker})

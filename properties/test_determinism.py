@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.regime_cases import cases, skip_unless_fits
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from specs import regimes
 from specs.problems import Problem
@@ -24,39 +25,30 @@ LONG = next(r for r in regimes.SEQUENCE_LENGTHS if r.long)
 
 
 def _expect_bitwise(trial: Trial, problem: Problem, what: str, first: np.ndarray, second: np.ndarray, *,
-                    extra: dict, call_line: str) -> None:
+                    extra: dict) -> None:
     """Fail naming the first element where two results of one call differ (NaN equals NaN)."""
     same = (first == second) | (np.isnan(first) & np.isnan(second))
     if not same.all():
         where = tuple(int(i) for i in np.argwhere(~same)[0])
         trial.fail(f"two calls on the same inputs{' and seed' if extra else ''} differ at {what}{list(where)}: "
-                   f"{first[where]!r} then {second[where]!r} ({int((~same).sum())} elements differ)", problem,
-                   call_line=call_line)
+                   f"{first[where]!r} then {second[where]!r} ({int((~same).sum())} elements differ)", problem)
 
 
-def _check_forward(trial: Trial, problem: Problem, extra: dict) -> None:
+@reproducible
+def check_repeated_forward(trial: Trial, problem: Problem, extra: dict) -> None:
+    """Two calls on the same inputs (and `extra`: a dropout seed) return bitwise equal outputs."""
     first, second = (trial.check_output(trial.call_raw(problem, **extra), problem, finite=False)
                      for _ in range(2))
-    _expect_bitwise(trial, problem, "out", first, second, extra=extra,
-                    call_line=f"out = fn(q, k, v, **p.kwargs(), **{extra!r}); again = fn(q, k, v, **p.kwargs(), "
-                              f"**{extra!r})")
+    _expect_bitwise(trial, problem, "out", first, second, extra=extra)
 
 
-def _check_backward(trial: Trial, problem: Problem, extra: dict) -> None:
+@reproducible
+def check_repeated_backward(trial: Trial, problem: Problem, extra: dict) -> None:
     """dQ, dK, dV of two backward calls with one d_out (seeded by the problem) are bitwise equal."""
-    seed = problem.recipe.seed
-    shape = problem.q.shape[:3] + (problem.v.shape[-1],)
-    d_out = np.random.default_rng(seed).standard_normal(shape).astype(trial.dtype)
-    call_line = ("from harness.api import backward_of\n"
-                 f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
-                 f".astype({str(trial.dtype)!r})\n"
-                 f"grads = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, **p.kwargs(), "
-                 f"**{extra!r}); again = backward_of(load_impl({trial.variant.impl.target!r}), q, k, v, d_out, "
-                 f"**p.kwargs(), **{extra!r})")
-    first, second = (trial.gradients(problem, d_out, call_line=call_line, **extra) for _ in range(2))
+    d_out = trial.cotangent(problem, problem.recipe.seed)
+    first, second = (trial.gradients(problem, d_out, **extra) for _ in range(2))
     for name, a, b in zip(("dQ", "dK", "dV"), first, second, strict=True):
-        _expect_bitwise(trial, problem, name, a.astype(np.float64), b.astype(np.float64), extra=extra,
-                        call_line=call_line)
+        _expect_bitwise(trial, problem, name, a.astype(np.float64), b.astype(np.float64), extra=extra)
 
 
 def _dropout(variant, data) -> dict:
@@ -69,7 +61,7 @@ def _dropout(variant, data) -> dict:
 @given(data=st.data())
 def test_repeated_calls_are_bitwise_equal(variant, data):
     problem = data.draw(problems_for(variant, **SMALL), label="problem")
-    _check_forward(Trial(variant, problem), problem, _dropout(variant, data))
+    check_repeated_forward(Trial(variant, problem), problem, _dropout(variant, data))
 
 
 @checks("deterministic")
@@ -79,7 +71,7 @@ def test_repeated_backward_calls_are_bitwise_equal(variant, data):
     """dQ, dK, dV of two backward calls on the same inputs, d_out (and seed) are bitwise equal: a backward
     that accumulates dK or dQ in an order that changes from call to call (atomics) fails."""
     problem = data.draw(problems_for(variant, **SMALL), label="problem")
-    _check_backward(Trial(variant, problem), problem, _dropout(variant, data))
+    check_repeated_backward(Trial(variant, problem), problem, _dropout(variant, data))
 
 
 @checks("deterministic")
@@ -89,6 +81,6 @@ def test_repeated_calls_at_length_are_bitwise_equal(variant, regime):
     backward calls where there are gradients, are bitwise equal."""
     problem = skip_unless_fits(variant, regime)
     trial = Trial(variant, problem)
-    _check_forward(trial, problem, {})
+    check_repeated_forward(trial, problem, {})
     if variant.capabilities.gradients:
-        _check_backward(trial, problem, {})
+        check_repeated_backward(trial, problem, {})

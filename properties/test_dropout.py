@@ -30,6 +30,7 @@ from properties.dropout_checks import (
     one_hot_head_dims,
     pair_families,
 )
+from specs.derivations import values_of
 from specs.dropout_mask import keep_mask
 from specs.problems import Problem, build
 from specs.statistics import ALPHA, binomial_power, binomial_pvalue
@@ -189,7 +190,7 @@ def test_dropout_output_is_unbiased(variant):
     for an implementation without value_dim (flash-attn's)."""
     d_v = 4 if variant.capabilities.value_dim else 8
     base = build(batch=1, heads=2, heads_kv=2, n_q=16, n_k=16, d=8, d_v=d_v, seed=SEED + 4)
-    problem = base.derive("p = p.replace(v=1 + p.v / 2)")
+    problem = base.derive(values_of, "half_plus_one")
     trial = Trial(variant, problem)
     mean = sum(trial.call(problem, **dropout_call(variant, seed)) for seed in range(REPEATS)) / REPEATS
     oracle, allowance = trial.oracle(problem)

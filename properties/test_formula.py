@@ -18,6 +18,7 @@ from harness.api.trial import Trial, check_against_oracle, problems_for
 from properties.formula_checks import expect_distribution, expect_own_key_ignored, expect_rejected, mismatched_values
 from specs import examples
 from specs.catalogue import load_claims
+from specs.derivations import self_attention_of_queries, values_of
 from specs.problems import Problem, build
 from specs.reference import attention
 from specs.tolerance import row_sum_allowance
@@ -44,7 +45,7 @@ def test_cross_attention_matches_oracle(variant, data):
 def test_self_attention_on_one_sequence(variant, data):
     """Q = K = V = X: self-attention is the same call with one sequence in all three places."""
     problem = data.draw(problems_for(variant), label="problem")
-    check_against_oracle(variant, problem.derive("p = p.replace(k=p.q, v=p.q)"))
+    check_against_oracle(variant, problem.derive(self_attention_of_queries))
 
 
 @checks("output-shape-follows-query")
@@ -68,7 +69,7 @@ def expect_weight_rows_sum_to_one(trial: Trial) -> None:
                            what=f"row sums of the {problem.n_q}x{problem.n_k} weights", versus="1",
                            problem=observed.problem)
         return
-    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))")
+    ones = problem.derive(values_of, "ones")
     _, allowance = trial.oracle(ones)
     out = trial.call(ones)
     trial.expect_close(out, np.ones_like(out), allowance, what="row sums of the weights (out with values all ones)",

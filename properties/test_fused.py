@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 
 from harness.api import CallFailed, call_in_process, checked_array
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from protocol.registry import ImplLoadError, Variant, load_impl
 from specs.dropout_mask import keep_mask
+from specs.problems import Problem
 from specs.reference import attention
 from specs.tolerance import fused_difference_allowance
 
@@ -48,15 +50,25 @@ def _unfused(variant: Variant):
 @pytest.mark.requires("fused")
 @given(data=st.data())
 def test_fused_equals_the_unfused_sequence_with_float32_inside(variant, data):
-    unfused = _unfused(variant)
+    _unfused(variant)  # skips where the unfused sequence cannot run
     caps = variant.capabilities
     causal = caps.causal and caps.causal_alignment == "top_left" and data.draw(st.booleans(), label="causal")
     masked = caps.mask and not causal and data.draw(st.booleans(), label="masked")
     problem = data.draw(problems_for(variant, causal=causal, masked=masked, max_n=48, max_d=32), label="problem")
+    dropout = caps.dropout_seed and data.draw(st.booleans(), label="dropout")
+    check_fused_equals_unfused(variant, problem, data.draw(st.integers(0, 2**32 - 1), label="dropout_seed")
+                               if dropout else None)
+
+
+@reproducible
+def check_fused_equals_unfused(variant, problem: Problem, dropout_seed: int | None) -> None:
+    """The fused call (with dropout under `dropout_seed`, if one) against the unfused sequence with float32 inside,
+    rounded to the dtype, within specs.tolerance.fused_difference_allowance."""
+    unfused = _unfused(variant)
     trial = Trial(variant, problem)
     extra, oracle_extra = {}, {}
-    if caps.dropout_seed and data.draw(st.booleans(), label="dropout"):
-        seed = data.draw(st.integers(0, 2**32 - 1), label="dropout_seed")
+    if dropout_seed is not None:
+        seed = dropout_seed
         extra = dict(dropout_p=FUSED_DROPOUT_P, dropout_seed=seed)
         oracle_extra = dict(keep=keep_mask(seed, FUSED_DROPOUT_P, problem.q.shape[:3] + (problem.n_k,)),
                             dropout_p=FUSED_DROPOUT_P)
@@ -69,10 +81,7 @@ def test_fused_equals_the_unfused_sequence_with_float32_inside(variant, data):
     except CallFailed as failure:
         raise AssertionError(f"the unfused sequence itself failed: {failure.summary}") from None
     unfused_out = inside.astype(trial.dtype).astype(np.float64)
-    call_line = (f"out = fn(q, k, v, **p.kwargs(), **{extra!r})\n"
-                 f"unfused = load_impl({UNFUSED!r}).fn(*(x.astype('float32') for x in (q, k, v)), **p.kwargs(), "
-                 f"**{extra!r})")
     result = attention(*exact, **trial.oracle_kwargs(), **oracle_extra)
     trial.expect_close(fused_out, unfused_out, fused_difference_allowance(result, *exact, variant.dtype),
                        versus="the unfused MatMul -> Scale -> Softmax -> Dropout -> MatMul with float32 inside, "
-                              f"rounded to {variant.dtype}", call_line=call_line)
+                              f"rounded to {variant.dtype}")

@@ -16,9 +16,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from properties.gradient_checks import GRADIENT_SIZES
 from properties.poisons import POISONS
+from specs.derivations import entries_set, with_mask_entries
 from specs.problems import Problem
 from specs.tolerance import ToleranceUndefined, difference_allowance, gradient_allowance
 
@@ -33,10 +35,11 @@ def _unseen_keys(trial: Trial, problem: Problem) -> np.ndarray:
     return ~allowed.any(axis=-2).reshape(b, heads_kv, h // heads_kv, n_k).any(axis=2)
 
 
-def _gradients(trial: Trial, problem: Problem, d_out: np.ndarray, call_line: str) -> tuple[np.ndarray, ...]:
-    return tuple(g.astype(np.float64) for g in trial.gradients(problem, d_out, call_line=call_line))
+def _gradients(trial: Trial, problem: Problem, d_out: np.ndarray) -> tuple[np.ndarray, ...]:
+    return tuple(g.astype(np.float64) for g in trial.gradients(problem, d_out))
 
 
+@reproducible
 def check_unseen_poison(variant, problem: Problem, poison: float) -> None:
     """`poison` in k and v at every key no query of its kv head sees: the gradients are the implementation's own
     gradients without it (within twice the gradient allowance: two results of one exact value), and the
@@ -45,39 +48,31 @@ def check_unseen_poison(variant, problem: Problem, poison: float) -> None:
     unseen = _unseen_keys(trial, problem)
     assume(unseen.any())
     at = tuple(i.tolist() for i in np.nonzero(unseen))  # (batch, kv head, key) indices
-    value = f"float('{poison!r}')"  # repr gives nan and inf, which are not Python names
-    poisoned = problem.derive(f"k, v = p.k.copy(), p.v.copy(); k[{at[0]}, {at[1]}, {at[2]}] = {value}; "
-                              f"v[{at[0]}, {at[1]}, {at[2]}] = {value}; p = p.replace(k=k, v=v)")
+    poisoned = problem.derive(entries_set, "kv", at, poison)
     seed = problem.recipe.seed
-    d_out = np.random.default_rng(seed).standard_normal(problem.q.shape[:3] + (problem.v.shape[-1],))
-    d_out = d_out.astype(trial.dtype)
-    call_line = ("from harness.api import backward_of\n"
-                 f"d_out = np.random.default_rng({seed}).standard_normal(q.shape[:3] + (v.shape[-1],))"
-                 f".astype({str(trial.dtype)!r})\n"
-                 f"dq, dk, dv = backward_of(load_impl({variant.impl.target!r}), q, k, v, d_out, **p.kwargs())")
+    d_out = trial.cotangent(problem, seed)
     try:
         oracle = gradient_allowance(*trial.exact_inputs(problem), d_out.astype(np.float64), dtype=trial.dtype,
                                     **trial.oracle_kwargs(problem))
     except ToleranceUndefined:
         assume(False)
-    clean = _gradients(trial, problem, d_out, call_line)
-    got = _gradients(trial, poisoned, d_out, call_line)
+    clean = _gradients(trial, problem, d_out)
+    got = _gradients(trial, poisoned, d_out)
     where = f"{len(at[0])} (batch, kv head, key) positions that no query sees hold {poison}"
     for name, grad, own, allowance in zip(("dQ", "dK", "dV"), got, clean, oracle.allowances, strict=True):
         if not np.all(np.isfinite(grad)):
             bad = tuple(int(i) for i in np.argwhere(~np.isfinite(grad))[0])
             trial.fail(f"{name} holds {grad[bad]} at {list(bad)} where it is {own[bad]:.6g} without the poison "
-                       f"({int((~np.isfinite(grad)).sum())} non-finite elements): {where}", poisoned,
-                       call_line=call_line)
+                       f"({int((~np.isfinite(grad)).sum())} non-finite elements): {where}", poisoned)
         if name != "dQ":
             hidden = grad[at]  # (positions, dim)
             if np.any(hidden != 0):
                 row = int(np.argwhere(hidden != 0)[0][0])
                 trial.fail(f"{name} of the unseen key {at[2][row]} (batch {at[0][row]}, kv head {at[1][row]}) is "
                            f"not exactly 0: largest |{name}| {float(np.abs(hidden[row]).max()):.3g}; {where}",
-                           poisoned, call_line=call_line)
+                           poisoned)
         trial.expect_close(grad, own, difference_allowance(allowance, allowance), what=f"{name} where {where}",
-                           versus="its gradients without the poison", problem=poisoned, call_line=call_line)
+                           versus="its gradients without the poison", problem=poisoned)
 
 
 @checks(CLAIM)
@@ -88,8 +83,7 @@ def test_non_finite_keys_no_row_sees_never_reach_gradients(variant, data):
     problem = data.draw(problems_for(variant, masked=True, min_n=2, **GRADIENT_SIZES), label="problem")
     keys = sorted(set(data.draw(st.lists(st.integers(0, problem.n_k - 1), min_size=1, max_size=3),
                                 label="keys no row sees")))
-    problem = problem.derive(f"m = np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,)).copy(); m[..., {keys}] = False; "
-                             "p = p.replace(mask=m)")
+    problem = problem.derive(with_mask_entries, (None, None, None, keys), False)
     check_unseen_poison(variant, problem, data.draw(st.sampled_from(POISONS), label="poison"))
 
 

@@ -23,6 +23,7 @@ from harness.api.trial import Trial, problems_for
 from properties.block_sizes import default_block_sizes
 from properties.gradient_checks import GRADIENT_SIZES, check_gradients, gradient_dropout
 from specs import regimes
+from specs.derivations import with_mask_entries
 from specs.problems import Problem, build
 
 LONGEST_BLOCK_CASE = 4097  # lengths around default block sizes past this are skipped, with the reason
@@ -60,9 +61,8 @@ def check_fully_masked_rows(variant, problem: Problem, rows: list[int]) -> None:
     """Hide every key from `rows` (the row after each keeps key 0) and check the gradients, then that the dQ
     rows of those rows are exactly 0."""
     keep = sorted({(row + 1) % problem.n_q for row in rows} - set(rows))
-    problem = problem.derive(
-        "m = np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,)).copy(); "
-        f"m[:, :, {rows}] = False; m[:, :, {keep}, 0] = True; p = p.replace(mask=m)")
+    problem = problem.derive(with_mask_entries, (None, None, rows), False).derive(
+        with_mask_entries, (None, None, keep, 0), True)
     trial = Trial(variant, problem)
     d_q, _, _ = check_gradients(trial, problem, seed=problem.recipe.seed, extra={})
     for row in rows:

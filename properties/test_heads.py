@@ -26,6 +26,7 @@ from properties.head_checks import (
     torch_multihead,
 )
 from specs import examples
+from specs.derivations import affinely_changed, kv_heads_repeated, projected
 from specs.reference import merge_heads, multi_head_attention
 from specs.strategies import head_dims, lengths
 from specs.tolerance import product_allowance
@@ -41,15 +42,14 @@ def test_changing_one_head_changes_no_other(variant, data):
     assume(heads >= 2)
     trial = Trial(variant, problem)
     h = data.draw(st.integers(0, heads - 1), label="query head changed")
-    changed = problem.derive(f"q = p.q.copy(); q[:, {h}] = -3 * q[:, {h}] + 1; p = p.replace(q=q)")
+    changed = problem.derive(affinely_changed, "q", 1, h, h + 1, -3.0, 1.0)
     others = (slice(None), np.flatnonzero(np.arange(heads) != h))
     trial.expect_unchanged(changed, got_index=others, expected_index=others,
                            what=f"out of heads other than {h} after changing query head {h}", versus="before")
     g = data.draw(st.integers(0, heads_kv - 1), label="kv head changed")
     readers = np.arange(heads) // (heads // heads_kv) == g
     assume(not readers.all())
-    changed = problem.derive(f"k, v = p.k.copy(), p.v.copy(); k[:, {g}] = -3 * k[:, {g}] + 1; "
-                             f"v[:, {g}] = -3 * v[:, {g}] + 1; p = p.replace(k=k, v=v)")
+    changed = problem.derive(affinely_changed, "kv", 1, g, g + 1, -3.0, 1.0)
     others = (slice(None), np.flatnonzero(~readers))
     trial.expect_unchanged(changed, got_index=others, expected_index=others,
                            what=f"out of heads not reading kv head {g} after changing it", versus="before")
@@ -77,7 +77,7 @@ def test_grouped_kv_heads_equal_repeated_kv_heads(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
     group = problem.q.shape[1] // problem.k.shape[1]
     assume(group > 1)
-    repeated = problem.derive(f"p = p.replace(k=np.repeat(p.k, {group}, axis=1), v=np.repeat(p.v, {group}, axis=1))")
+    repeated = problem.derive(kv_heads_repeated, group)
     Trial(variant, problem).expect_unchanged(repeated, what="out with each kv head repeated for its query group",
                                           versus="out with grouped kv heads")
 
@@ -105,17 +105,17 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     w_q, w_k, w_v, w_o = examples.projection_weights(problem)
     x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
-    projected = problem.derive("p = p.replace(**dict(zip('qkv', examples.project(p))))")
+    through_weights = problem.derive(projected)
     trial = Trial(variant, problem)
-    out = trial.call(projected)
-    oracle, core_allowance = trial.oracle(projected)
+    out = trial.call(through_weights)
+    oracle, core_allowance = trial.oracle(through_weights)
 
     def core(result: np.ndarray):
-        """A per-head core returning `result`, computed on `projected` (what the repro rebuilds), once the
+        """A per-head core returning `result`, computed on `through_weights` (what the repro rebuilds), once the
         pipeline has handed it the same q, k, v."""
         def run(q, k, v):
-            same = all(np.array_equal(a, b) for a, b in zip((q, k, v), (projected.q, projected.k, projected.v),
-                                                            strict=True))
+            given = (through_weights.q, through_weights.k, through_weights.v)
+            same = all(np.array_equal(a, b) for a, b in zip((q, k, v), given, strict=True))
             assert same, "multi_head_attention's per-head q, k, v differ from examples.project's"
             return result
         return run
@@ -125,7 +125,7 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
                                     core=core(oracle.out))
     allowance = product_allowance(core_allowance.carried(merge_heads, core_allowance.rule),
                                   merge_heads(out), w_o)
-    trial.expect_close(got, expected, allowance, what="multi-head output", problem=projected)
+    trial.expect_close(got, expected, allowance, what="multi-head output", problem=through_weights)
 
 
 @checks("concat-then-output-projection", subject=TORCH_MHA)

@@ -18,25 +18,16 @@ from hypothesis import strategies as st
 from harness.api.assertions import names
 from harness.api.face_calls import call_face, expect_face_raised, face_output
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from properties.face_checks import check_sequence, source_problems
 from properties.kv_cache_plans import cache_plans
 from specs.kv_cache import CacheInputs, build_cache
-from specs.problems import build
+from specs.problems import Problem, build
 from specs.varlen import to_dense
 
 
-def _script(target: str, tensors: str, plan: dict, extra: dict) -> str:
-    return "\n".join([
-        "from harness.api import handed_over",
-        "from specs.kv_cache import build_cache",
-        f"cache = build_cache(q, k, v, **{plan!r})",
-        f"args, kw = handed_over(cache.arrays, {{**cache.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",
-        f"out = load_impl({target!r}).face('kvcache')(*args, **kw)",
-        "print('k_cache as expected:', np.array_equal(args[1], cache.expected_caches()[0], equal_nan=True))",
-    ])
-
-
+@reproducible
 def check_decode_step(trial: Trial, plan: dict, extra: dict) -> None:
     """One kv-cache call on the trial's problem laid out by `plan`: every sequence's output (and log-sum-exp)
     against its own dense attention over its slots after the append, and the caches bit for bit as the append
@@ -47,29 +38,27 @@ def check_decode_step(trial: Trial, plan: dict, extra: dict) -> None:
     cache: CacheInputs = build_cache(*trial.inputs(), **plan)
     expected = cache.expected_caches()
     extra = {**extra, **({"return_lse": True} if caps.lse else {})}
-    script = _script(variant.impl.target, caps.tensors, plan, extra)
     raw = call_face(trial, "kvcache", cache.arrays, {**cache.keywords, **problem.handed(variant.dtype).kwargs(),
-                                                     **extra}, problem, script)
+                                                     **extra}, problem)
     out_raw, lse = raw if caps.lse else (raw, None)
     batch, heads, n_q, _ = problem.q.shape
-    out = face_output(trial, out_raw, (batch, n_q, heads, problem.v.shape[-1]), problem, script)
+    out = face_output(trial, out_raw, (batch, n_q, heads, problem.v.shape[-1]), problem)
     if lse is not None and tuple(lse.shape) != (batch, heads, n_q):
         trial.fail(f"return_lse=True returned lse of shape {tuple(lse.shape)}, expected (batch, heads, n_q)",
-                   problem, script=script)
+                   problem)
     for name, got, want in (("k_cache", cache.k_cache, expected[0]), ("v_cache", cache.v_cache, expected[1])):
         same = (got == want) | (np.isnan(got) & np.isnan(want))
         if not same.all():
             at = tuple(int(i) for i in np.argwhere(~same)[0])
             trial.fail(f"{name}{list(at)} is {got[at]!r} after the call, expected {want[at]!r}: the new keys belong "
-                       f"at slots cache_seqlens.. of their sequence and nothing else may change", problem,
-                       script=script)
+                       f"at slots cache_seqlens.. of their sequence and nothing else may change", problem)
     exact_q = trial.exact_inputs()[0]
     caches = [c.astype(np.float64) for c in expected]
     for b in range(batch):
         where = cache.layout.where(b, cache.layout.slots(b))
         keys, values = (to_dense(c[where]) for c in caches)
         check_sequence(trial, b, out[b].swapaxes(0, 1)[None], None if lse is None else lse[b:b + 1],
-                       (exact_q[b:b + 1], keys, values), problem, script)
+                       (exact_q[b:b + 1], keys, values), problem)
 
 
 @checks("kv-cache-appends-then-attends")
@@ -98,22 +87,32 @@ def test_every_num_splits_gives_the_same_attention(variant, data):
 @checks("kv-cache-appends-then-attends")
 @pytest.mark.requires("kvcache")
 def test_caches_outside_the_protocol_raise_errors_naming_them(variant):
-    caps = variant.capabilities
     problem = build(batch=2, heads=2, heads_kv=1, n_q=2, n_k=6, d=8, d_v=8, seed=22)
+    for what in BAD_CACHES if variant.capabilities.block_table else BAD_CACHES[:1]:
+        check_bad_cache_refused(variant, problem, what)
+
+
+# what is wrong with a cache (the argument its error must name)
+BAD_CACHES = ("cache_seqlens past the cache's slots", "a block_table entry past the cache's pages for a page the "
+              "sequence uses")
+
+
+@reproducible
+def check_bad_cache_refused(variant, problem: Problem, what: str) -> None:
+    """The cache of `problem` (two sequences of 6 and 3 cached keys, paged where the implementation takes a block
+    table) broken as `what` says: the kv-cache call raises, naming the argument."""
+    caps = variant.capabilities
     trial = Trial(variant, problem)
     plan = dict(lengths_k=[6, 3], n_new=1, page_size=2) if caps.block_table else dict(lengths_k=[6, 3], n_new=1)
     cache = build_cache(*trial.inputs(), **plan)
-    bad = [("cache_seqlens past the cache's slots", "cache_seqlens",
-            dict(cache.keywords, cache_seqlens=np.array([40, 2], np.int32)))]
-    if caps.block_table:
+    if what == BAD_CACHES[0]:
+        name, keywords = "cache_seqlens", dict(cache.keywords, cache_seqlens=np.array([40, 2], np.int32))
+    else:
         table = cache.keywords["block_table"].copy()
         table[1, 0] = len(cache.k_cache) + 3
-        bad.append(("a block_table entry past the cache's pages for a page the sequence uses", "block_table",
-                    dict(cache.keywords, block_table=table)))
-    for what, name, keywords in bad:
-        broken: CacheInputs = replace(cache, keywords=keywords)
-        script = _script(variant.impl.target, caps.tensors, plan, {}) + f"\n# then: {what}"
-        fresh = [x if x is None else x.copy() for x in broken.arrays]
-        summary = expect_face_raised(trial, "kvcache", tuple(fresh), keywords, problem, script, what)
-        if not names(summary, name):
-            trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem, script=script)
+        name, keywords = "block_table", dict(cache.keywords, block_table=table)
+    broken: CacheInputs = replace(cache, keywords=keywords)
+    fresh = [x if x is None else x.copy() for x in broken.arrays]
+    summary = expect_face_raised(trial, "kvcache", tuple(fresh), keywords, problem, what)
+    if not names(summary, name):
+        trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem)

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from harness.api import as_numpy
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial, check_against_oracle, problems_for
+from properties.masking_checks import check_empty_rows_zero
+from specs.derivations import affinely_changed, with_mask_entries
 from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import exponent_range
@@ -49,9 +50,7 @@ def test_changing_future_tokens_leaves_past_outputs(variant, data):
     assume(offset + 1 <= problem.n_k - 1)
     cut = data.draw(st.integers(offset + 1, problem.n_k - 1), label="first changed key")
     rows = np.arange(problem.n_q)[np.arange(problem.n_q) + offset < cut]
-    changed = problem.derive(
-        f"k, v = p.k.copy(), p.v.copy(); k[:, :, {cut}:] = -3 * k[:, :, {cut}:] + 1; "
-        f"v[:, :, {cut}:] = -3 * v[:, :, {cut}:] + 1; p = p.replace(k=k, v=v)")
+    changed = problem.derive(affinely_changed, "kv", 2, cut, None, -3.0, 1.0)
     index = (slice(None), slice(None), rows)
     Trial(variant, problem).expect_unchanged(changed, got_index=index, expected_index=index,
                                           what=f"out rows {rows.tolist()} after changing keys >= {cut}",
@@ -129,66 +128,6 @@ def test_boolean_mask_gives_hidden_keys_zero_weight(variant, data):
     _fail_on_hidden_weight(trial, observe_weights(trial))
 
 
-def _worst(values: np.ndarray, bad: np.ndarray) -> tuple[int, ...]:
-    """The index of the worst of `values` where `bad`: a NaN first, else the largest magnitude."""
-    score = np.where(bad, np.nan_to_num(np.abs(values), nan=np.inf, posinf=np.finfo(np.float64).max), -1.0)
-    return tuple(int(i) for i in np.unravel_index(np.argmax(score), values.shape))
-
-
-def _empty_rows_script(call_line: str, alignment: str, got: str, exact: str, what: str) -> str:
-    """The repro's last lines: the call, the rows the oracle lets see no key, and the verdict of the property's exact
-    check there: `got` (an expression on those rows) must equal `exact` everywhere."""
-    return "\n".join([
-        call_line,
-        "empty = ~attention(*(x.astype(float) for x in (q, k, v)), **p.kwargs(), "
-        f"causal_alignment={alignment!r}).allowed.any(axis=-1)",
-        f"got = {got}",
-        f"wrong = got != {exact}",
-        f"print(f'FAIL: {{int(wrong.sum())}} of {{wrong.size}} values of {what} on the rows with no visible key "
-        f"are not {exact}: {{got[wrong][:8]}}' if wrong.any() else "
-        f"'PASS: {what} is {exact} on every row with no visible key')",
-    ])
-
-
-def _expect_empty_rows_zero(trial: Trial, how: str) -> None:
-    """fully-masked-rows-zero (docs/design.md, The oracle): every query row that the oracle lets see no key has output
-    exactly 0 and, where the implementation returns its LSE (capability lse), LSE -inf; in the plain call and
-    in the return_lse=True call. `how` says how the rows were emptied."""
-    problem = trial.problem
-    allowed = attention(*trial.exact_inputs(problem), **trial.oracle_kwargs(problem), finite=False).allowed
-    empty = ~allowed.any(axis=-1)  # (batch, heads, n_q)
-    rows = f"{int(empty.sum())} of {empty.size} query rows see no key ({how})"
-    alignment = trial.variant.capabilities.causal_alignment
-    plain, with_lse = "out = fn(q, k, v, **p.kwargs())", "out, lse = fn(q, k, v, **p.kwargs(), return_lse=True)"
-    calls = [(plain, trial.call_raw(problem), None)]
-    if trial.variant.capabilities.lse:
-        raw = trial.call_raw(problem, return_lse=True)
-        if not isinstance(raw, tuple) or len(raw) != 2:
-            trial.fail("declared lse=True but return_lse=True did not return (out, lse)", problem,
-                       call_line=with_lse)
-        lse = as_numpy(raw[1])
-        if lse is None or lse.shape != empty.shape:
-            trial.fail(f"lse has shape {getattr(lse, 'shape', type(raw[1]).__name__)}, not (batch, heads, n_q) = "
-                       f"{empty.shape}", problem, call_line=with_lse)
-        calls.append((with_lse, raw[0], lse.astype(np.float64)))
-    for line, raw_out, lse in calls:
-        out = trial.check_output(raw_out, problem, call_line=line, finite=False)
-        wrong = empty[..., None] & (out != 0)
-        if wrong.any():
-            where = _worst(out, wrong)
-            trial.fail("a query row with no visible key has a non-zero output", problem, details=(
-                f"out{list(where)} = {out[where]!r}; a fully masked row gives exactly 0", rows,
-                f"{int(wrong.any(axis=-1).sum())} of them are not 0"),
-                script=_empty_rows_script(line, alignment, "as_float64(out)[empty]", "0", "out"))
-        wrong = empty & (lse != -np.inf) if lse is not None else None
-        if wrong is not None and wrong.any():
-            where = _worst(lse, wrong)
-            trial.fail("a query row with no visible key has a log-sum-exp other than -inf", problem, details=(
-                f"lse{list(where)} = {lse[where]!r}; the log of an empty sum is -inf", rows,
-                f"{int(wrong.sum())} of them are not -inf"),
-                script=_empty_rows_script(line, alignment, "as_float64(lse)[empty]", "-np.inf", "lse"))
-
-
 @checks("fully-masked-rows-zero")
 @pytest.mark.requires("mask")
 @given(data=st.data())
@@ -200,11 +139,9 @@ def test_fully_masked_row_gives_zero_output(variant, data):
     rows = sorted(data.draw(st.sets(st.integers(0, n_q - 1), min_size=1), label="emptied rows"))
     where = data.draw(st.none() | st.tuples(st.integers(0, b - 1), st.integers(0, h - 1)),
                       label="emptied in batch, head (None: all)")
-    heads = ":, :" if where is None else f"{where[0]}, {where[1]}"
-    emptied = problem.derive(f"m = np.array(np.broadcast_to(p.mask, p.q.shape[:3] + (p.n_k,))); "
-                             f"m[{heads}, {rows}, :] = False; p = p.replace(mask=m)")
+    emptied = problem.derive(with_mask_entries, (*(where or (None, None)), rows), False)
     scope = "every batch and head" if where is None else f"batch {where[0]}, head {where[1]}"
-    _expect_empty_rows_zero(Trial(variant, emptied), f"the drawn mask's, and rows {rows} emptied in {scope}")
+    check_empty_rows_zero(Trial(variant, emptied), f"the drawn mask's, and rows {rows} emptied in {scope}")
 
 
 @checks("fully-masked-rows-zero")
@@ -217,7 +154,7 @@ def test_rows_before_the_first_key_give_zero_output(variant, data):
         pytest.skip("top-left causal alignment lets every query row see key 0: no row is empty")
     problem = data.draw(problems_for(variant, causal=True, empty_rows=True, queries_outnumber_keys=True),
                         label="problem")
-    _expect_empty_rows_zero(Trial(variant, problem),
+    check_empty_rows_zero(Trial(variant, problem),
                             f"bottom-right causal, the top n_q - n_k = {problem.n_q - problem.n_k}")
 
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.trial import Trial, problems_for
-from properties.poisons import POISONS
+from properties.poisons import POISONS, check_visible_nan
+from specs.derivations import entries_set, with_random_key_padding
 from specs.problems import Problem
 from specs.strategies import with_score_mod
 
@@ -34,10 +35,8 @@ def _poison(problem: Problem, allowed: np.ndarray, keys: list[int], poison: floa
     chosen = np.zeros(problem.n_k, dtype=bool)
     chosen[keys] = True
     b, g, j = np.nonzero(unseen & chosen)
-    value = f"float('{poison!r}')"  # repr gives nan and inf, which are not Python names
-    return problem.derive(
-        f"k, v = p.k.copy(), p.v.copy(); k[:, :, {keys}] = {value}; "
-        f"v[{b.tolist()}, {g.tolist()}, {j.tolist()}] = {value}; p = p.replace(k=k, v=v)")
+    return problem.derive(entries_set, "k", (None, None, keys), poison).derive(
+        entries_set, "v", (b.tolist(), g.tolist(), j.tolist()), poison)
 
 
 def _expect_rows_untouched(trial: Trial, poisoned: Problem, rows: np.ndarray, *, what: str) -> None:
@@ -112,38 +111,8 @@ def test_visible_nan_reaches_exactly_the_rows_that_see_it(variant, data):
     padded = caps.mask and data.draw(st.booleans(), label="key padding")
     problem = data.draw(problems_for(variant), label="problem")
     if padded:
-        problem = problem.derive(f"p = p.replace(mask=~(np.random.default_rng({problem.recipe.seed})"
-                                 f".random(({problem.q.shape[0]}, 1, 1, {problem.n_k})) < 0.3)); "
-                                 "p.mask[..., 0] = True")  # every row keeps a key
-    trial = Trial(variant, problem)
-    oracle, _ = trial.oracle()
-    clean, allowance = trial.own_output()
-    allowed = np.broadcast_to(True if oracle.allowed is None else oracle.allowed,
-                              problem.q.shape[:3] + (problem.n_k,))
+        problem = problem.derive(with_random_key_padding, problem.recipe.seed, 0.3)  # every row keeps a key
     j = data.draw(st.integers(0, problem.n_k - 1), label="poisoned key")
-    sees = allowed[..., j]  # (batch, heads, n_q)
     in_key = data.draw(st.booleans(), label="NaN in the key (else in one value element)")
-    if in_key:
-        poisoned = problem.derive(f"k = p.k.copy(); k[:, :, {j}] = np.nan; p = p.replace(k=k)")
-        nan_expected = np.broadcast_to(sees[..., None], clean.shape)
-        where = f"key {j}"
-    else:
-        c = data.draw(st.integers(0, problem.v.shape[-1] - 1), label="poisoned value column")
-        poisoned = problem.derive(f"v = p.v.copy(); v[:, :, {j}, {c}] = np.nan; p = p.replace(v=v)")
-        nan_expected = np.zeros(clean.shape, dtype=bool)
-        nan_expected[..., c] = sees
-        where = f"value element v[:, :, {j}, {c}]"
-    out = trial.check_output(trial.call_raw(poisoned), poisoned, finite=False)
-    missing = nan_expected & ~np.isnan(out)
-    if missing.any():
-        at = tuple(int(i) for i in np.argwhere(missing)[0])
-        trial.fail(f"a NaN in {where} did not reach a row that sees it", poisoned, claim="visible-nan-propagates",
-                   details=(f"out{list(at)} = {out[at]!r}; {int(missing.sum())} of {int(nan_expected.sum())} "
-                            "elements that must be NaN are not",))
-    hidden_rows = np.broadcast_to(~sees[..., None], out.shape)
-    for part, claim, what in ((hidden_rows, "hidden-non-finite-never-reaches-output",
-                               f"out rows that cannot see the NaN in {where}"),
-                              (~hidden_rows & ~nan_expected, "visible-nan-propagates",
-                               f"out elements a NaN in {where} cannot reach")):
-        trial.expect_close(np.where(part, out, clean), clean, allowance, what=what,
-                           versus="its output without the NaN", problem=poisoned, claim=claim)
+    column = None if in_key else data.draw(st.integers(0, problem.v.shape[-1] - 1), label="poisoned value column")
+    check_visible_nan(variant, problem, j, column)

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial, problems_for
+from specs.constructions import queries_seek_keys
+from specs.derivations import values_of, with_arrays
 from specs.problems import Problem, build
 from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 
@@ -38,7 +40,7 @@ def test_observed_weights_are_distributions(variant, data):
 def test_values_all_ones_give_outputs_all_ones(variant, data):
     """softmax(S) 1 = 1: visible to implementations whatever d_v they accept."""
     problem = data.draw(problems_for(variant), label="problem")
-    ones = problem.derive("p = p.replace(v=np.ones_like(p.v))")
+    ones = problem.derive(values_of, "ones")
     trial = Trial(variant, ones)
     _, allowance = trial.oracle()
     out = trial.call()
@@ -102,16 +104,16 @@ def _expect_every_key_weighted(trial: Trial, problem) -> None:
 def far_from_zero(n: int = 3) -> Problem:
     """A fixed witness the draws may miss: identical tokens of 30s, every score ~1559 and the spread 0.
     Positivity depends on the spread only, so every weight is 1/n; e^S alone would overflow."""
-    return build(n_q=n, n_k=n, d=n, d_v=n).derive(
-        "p = p.replace(q=30 * np.ones_like(p.q), k=30 * np.ones_like(p.k))")
+    thirties = np.full((1, 1, n, n), 30.0).tolist()
+    return build(n_q=n, n_k=n, d=n, d_v=n).derive(with_arrays, q=thirties, k=thirties)
 
 
 def queries_far_apart() -> Problem:
     """A fixed witness for the normalising axis: two identical keys and two opposite queries. Each row's
     scores are equal (spread 0: both weights 1/2), while each key's scores over the queries span
     2 * 30^2 / sqrt(2) ~ 1273, so a softmax over queries instead of keys underflows one weight to 0."""
-    return build(n_q=2, n_k=2, d=2, d_v=2).derive(
-        "p = p.replace(q=np.array([[[[30.0, 0.0], [-30.0, 0.0]]]]), k=np.array([[[[30.0, 0.0], [30.0, 0.0]]]]))")
+    return build(n_q=2, n_k=2, d=2, d_v=2).derive(with_arrays, q=[[[[30.0, 0.0], [-30.0, 0.0]]]],
+                                                   k=[[[[30.0, 0.0], [30.0, 0.0]]]])
 
 
 @checks("complete-graph-positive-weights")
@@ -137,13 +139,8 @@ def test_query_pointing_at_key_weights_it_most(variant, data):
     Head dims up to 4 keep other keys close in direction to the target: the hard case for the claim."""
     problem = data.draw(problems_for(variant, weights_visible=True, score_styles=("normal",), scale=False, max_d=4),
                         label="problem")
-    group = problem.q.shape[1] // problem.k.shape[1]
     targets = np.arange(problem.n_q) % problem.n_k
-    # score 5 on the target key: a * |k|^2 / sqrt(d) = 5
-    problem = problem.derive(
-        "k = p.k / np.linalg.norm(p.k, axis=-1, keepdims=True); "
-        f"p = p.replace(k=k, q=5.0 * np.sqrt(p.q.shape[-1]) * np.repeat(k, {group}, axis=1)"
-        "[:, :, np.arange(p.n_q) % p.n_k])")
+    problem = problem.derive(queries_seek_keys, 5.0)  # score 5 on the target key: a * |k|^2 / sqrt(d) = 5
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
     chosen = observed.weights[..., np.arange(problem.n_q), targets]

@@ -21,6 +21,7 @@ from harness.api.markers import ORACLE, checks
 from harness.api.observe import observe_weights
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from properties.scaling_checks import FLAT_GRID, VARIANCE_SAMPLES, score_spread
+from specs.derivations import with_keywords
 from specs.examples import coupled_scores, gaussian_queries
 from specs.problems import Problem
 from specs.reference import attention
@@ -98,7 +99,7 @@ def flat_problem(variant, d: int, scaled: bool) -> Problem:
     problem = coupled_scores(FLAT_ROWS, FLAT_KEYS, d, FLAT_SEED, 1 if variant.capabilities.cross else FLAT_KEYS)
     if scaled:
         return problem
-    return problem.derive("p = p.replace(scale=1.0)") if variant.capabilities.scale else problem.scale_queries(
+    return problem.derive(with_keywords, scale=1.0) if variant.capabilities.scale else problem.scale_queries(
         math.sqrt(d))
 
 
@@ -226,4 +227,4 @@ def test_score_spread_grows_with_dk_unless_scaled():
 def test_explicit_scale_replaces_default(variant, data):
     problem = data.draw(problems_for(variant, scale=False), label="problem")
     scale = data.draw(st.one_of(st.just(1.0), st.sampled_from(SCALES), st.floats(1e-3, 10.0)), label="scale")
-    check_against_oracle(variant, problem.derive(f"p = p.replace(scale={scale!r})"))
+    check_against_oracle(variant, problem.derive(with_keywords, scale=scale))

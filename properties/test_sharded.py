@@ -15,10 +15,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_against_oracle, problems_for
 from properties.gradient_checks import check_gradients
 from properties.sharded_checks import cut_to_equal_shards, merge_order_comparison
 from protocol.rank_pool import POOL_SIZE
+from specs.derivations import query_heads_tiled
 from specs.sharding import WORLD_SIZES, chunks
 
 SMALL = dict(max_n=24, max_d=8)
@@ -33,7 +35,7 @@ def _sharded_problem(variant, world: int, data):
     shortest = chunks(0, world, caps.sharding) if caps.even_shards else world
     problem = data.draw(problems_for(variant, causal=causal, min_n=shortest, **SMALL), label="problem")
     if caps.heads_divisible and problem.q.shape[1] % world:  # W copies of the query heads divide among W ranks
-        problem = problem.derive(f"p = p.replace(q=np.tile(p.q, (1, {world}, 1, 1)))")
+        problem = problem.derive(query_heads_tiled, world)
     if caps.even_shards:
         problem = cut_to_equal_shards(problem, world, caps.sharding, queries=True)
     return problem
@@ -70,15 +72,16 @@ def test_a_ring_merges_the_same_blocks_alike_in_any_order(variant, world, data):
         pytest.skip("the implementation does not declare a ring's log-sum-exp merge (ring_merge=False)")
     problem = data.draw(problems_for(variant, min_n=chunks(0, world, caps.sharding), **SMALL), label="problem")
     problem = cut_to_equal_shards(problem, world, caps.sharding, queries=caps.even_shards or not caps.cross)
-    shift = data.draw(st.integers(1, world - 1), label="shards shifted by")
+    check_merge_order_free(variant, problem, world, data.draw(st.integers(1, world - 1), label="shards shifted by"))
+
+
+@reproducible
+def check_merge_order_free(variant, problem, world: int, shift: int) -> None:
+    """The output with the key shards moved `shift` ranks on equals the output in the ring's own order, within the
+    merge's rounding (properties.sharded_checks.merge_order_comparison)."""
     got, expected, allowance = merge_order_comparison(variant, problem, world=world, shift=shift)
-    what, versus = f"out (key shards moved {shift} ranks on)", "out with the blocks in the ring's own order"
-    Trial(variant, problem).expect_close(got, expected, allowance, what=what, versus=versus, script="\n".join([
-        "from properties.sharded_checks import merge_order_comparison",
-        "from protocol.registry import Variant",
-        f"variant = Variant(load_impl({variant.impl.target!r}), {variant.dtype!r})",
-        f"got, expected, allowance = merge_order_comparison(variant, p, world={world}, shift={shift})",
-        f"print(verdict(got, expected, allowance, what={what!r}, versus={versus!r}))"]))
+    Trial(variant, problem).expect_close(got, expected, allowance, what=f"out (key shards moved {shift} ranks on)",
+                                         versus="out with the blocks in the ring's own order")
 
 
 @checks("sharded-refuses-what-its-layout-cannot-split")
@@ -94,4 +97,4 @@ def test_heads_that_do_not_divide_among_the_ranks_are_refused_by_name(variant, d
     summary = trial.expect_raised(problem, f"{problem.q.shape[1]} heads on {world} ranks", world_size=world)
     if "heads" not in summary:
         trial.fail(f"refused {problem.q.shape[1]} heads on {world} ranks without naming the heads: {summary}",
-                   problem, call_line=f"out = fn(q, k, v, **p.kwargs(), world_size={world})")
+                   problem)

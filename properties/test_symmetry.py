@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from harness.api.assertions import assert_within
 from harness.api.exhibits import exhibit, record_headroom
 from harness.api.markers import checks
-from harness.api.repro import cast_line
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
+from specs.constructions import rope_projected, rope_rotated, sinusoidally_encoded
+from specs.derivations import one_hot_valued, positions_taken, self_attention_of_queries, with_keywords
 from specs.positional import rotary_embedding, sinusoidal_encoding
 from specs.problems import Problem, build
 from specs.tolerance import (
@@ -38,7 +40,7 @@ def _permutation(data, n: int, label: str) -> np.ndarray:
 def test_permuting_queries_permutes_outputs(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
     perm = _permutation(data, problem.n_q, "query permutation")
-    moved = problem.derive(f"p = p.replace(q=p.q[:, :, {perm.tolist()}])")
+    moved = problem.derive(positions_taken, queries=perm.tolist())
     Trial(variant, problem).expect_unchanged(moved, expected_index=(slice(None), slice(None), perm),
                                           what="out(q permuted)", versus="out with its rows permuted")
 
@@ -48,7 +50,7 @@ def test_permuting_queries_permutes_outputs(variant, data):
 def test_permuting_keys_with_values_changes_nothing(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
     perm = _permutation(data, problem.n_k, "key permutation")
-    moved = problem.derive(f"p = p.replace(k=p.k[:, :, {perm.tolist()}], v=p.v[:, :, {perm.tolist()}])")
+    moved = problem.derive(positions_taken, keys=perm.tolist())
     Trial(variant, problem).expect_unchanged(moved, what="out(k, v permuted together)", versus="out")
 
 
@@ -59,12 +61,12 @@ def test_shuffling_the_sequence_leaves_output_unchanged(variant, data):
     the same output. It fails on every implementation, so Hypothesis always shrinks: small problems
     (n, d <= 16) keep that cheap, and a swap of two tokens is already a counterexample."""
     base = data.draw(problems_for(variant, min_n=2, max_n=16, max_d=16), label="problem")
-    problem = base.derive("p = p.replace(k=p.q, v=p.q)")
+    problem = base.derive(self_attention_of_queries)
     first = data.draw(st.integers(0, problem.n_q - 2), label="first swapped token")
     second = data.draw(st.integers(first + 1, problem.n_q - 1), label="second swapped token")
     perm = np.arange(problem.n_q)
     perm[[first, second]] = second, first
-    shuffled = problem.derive(f"x = p.q[:, :, {perm.tolist()}]; p = p.replace(q=x, k=x, v=x)")
+    shuffled = problem.derive(positions_taken, queries=perm.tolist(), keys=perm.tolist())
     Trial(variant, problem).expect_unchanged(shuffled, what="out(X shuffled)", versus="out(X) (\"得到的结果相同\")")
 
 
@@ -74,7 +76,7 @@ def test_shuffling_the_sequence_leaves_output_unchanged(variant, data):
 def test_any_subset_of_queries_gives_the_same_rows(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
     rows = np.array(sorted(data.draw(st.sets(st.integers(0, problem.n_q - 1), min_size=1), label="queries")))
-    subset = problem.derive(f"p = p.replace(q=p.q[:, :, {rows.tolist()}])")
+    subset = problem.derive(positions_taken, queries=rows.tolist())
     Trial(variant, problem).expect_unchanged(subset, expected_index=(slice(None), slice(None), rows),
                                           what="out(subset of queries)", versus="the same rows of the full output")
 
@@ -124,7 +126,8 @@ HEAD_DIM = 8
 ORDER = [5, 2, 7, 0, 3, 6, 1, 4]  # tokens stored in this order: a permutation without fixed points
 ROPE_SHIFT = 1000
 POSITION_SEED = 60_000
-ROPE = "examples.rotary_embedding({x}, {positions})"
+POSITIONS = list(range(TOKENS))
+SHIFTED_POSITIONS = list(range(ROPE_SHIFT, ROPE_SHIFT + TOKENS))
 
 
 def _tokens(value_dim: bool, *, one_hot: bool) -> Problem:
@@ -132,26 +135,19 @@ def _tokens(value_dim: bool, *, one_hot: bool) -> Problem:
     implementation takes d_v != d, `value_dim`)."""
     d_v = TOKENS if one_hot and value_dim else HEAD_DIM
     problem = build(batch=1, heads=1, heads_kv=1, n_q=TOKENS, n_k=TOKENS, d=HEAD_DIM, d_v=d_v, seed=POSITION_SEED)
-    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))") if one_hot else problem
+    return problem.derive(one_hot_valued, d_v) if one_hot else problem
 
 
 def _stored_in_order(problem: Problem) -> Problem:
-    return problem.derive(f"p = p.replace(q=p.q[:, :, {ORDER}], k=p.k[:, :, {ORDER}], v=p.v[:, :, {ORDER}])")
+    return problem.derive(positions_taken, queries=ORDER, keys=ORDER)
 
 
-def _rotated(problem: Problem, positions: str) -> Problem:
-    """RoPE applied as models apply it: to q and k (after the projections), at `positions` (code)."""
-    q, k = ROPE.format(x="p.q", positions=positions), ROPE.format(x="p.k", positions=positions)
-    return problem.derive(f"p = p.replace(q={q}, k={k})")
+def _rotated(problem: Problem, positions: list[int]) -> Problem:
+    """RoPE applied as models apply it: to q and k (after the projections), at `positions`."""
+    return problem.derive(rope_rotated, positions)
 
 
-def _rerun_script(variant, base: Problem, order: list[int], what: str) -> str:
-    """Repro lines after `out = fn(...)` on the moved problem: rebuild the base problem and print the gap."""
-    return "\n".join(["out_moved = as_float64(out)", *base.code().splitlines(), cast_line(variant.dtype),
-                      "out = as_float64(fn(q, k, v, **p.kwargs()))",
-                      f"print({what!r}, np.abs(out_moved - out[:, :, {order}]).max())"])
-
-
+@reproducible
 def expect_same_up_to_order(variant, base: Problem, moved: Problem, *, what: str, versus: str,
                             order: list[int] = ORDER) -> None:
     """out(moved) = out(base)[order]: moved holds base's tokens stored in `order`, rotated at positions that
@@ -167,13 +163,13 @@ def expect_same_up_to_order(variant, base: Problem, moved: Problem, *, what: str
                                             max_position=TOKENS + ROPE_SHIFT, **trial.oracle_kwargs(problem))
         sides.append(allowance + rounding)
     bound = difference_allowance(sides[1], sides[0].take(index))
-    ratio = trial.expect_close(got, out[index], bound, what=what, versus=versus, problem=moved,
-                               script=_rerun_script(variant, base, order, what))
+    ratio = trial.expect_close(got, out[index], bound, what=what, versus=versus, problem=moved)
     record_headroom("rope-relative", what, ratio, "Per implementation, RoPE applied to q and k after the projections: "
                     f"the largest change of the weights when every position moves by {ROPE_SHIFT} (tokens reordered), "
                     "relative to its allowance.")
 
 
+@reproducible
 def expect_order_visible(variant, base: Problem, moved: Problem, *, what: str) -> None:
     """A counterexample to permutation equivariance: out(moved) differs from out(base)[ORDER] somewhere by more
     than the two outputs' allowances, where moved stores base's tokens in ORDER."""
@@ -190,7 +186,7 @@ def expect_order_visible(variant, base: Problem, moved: Problem, *, what: str) -
         trial.fail(f"{what}: storing the tokens in another order only reordered the outputs, so the order of the "
                    "tokens stayed invisible", moved,
                    details=(f"largest |out(tokens in order {ORDER}) - out[{ORDER}]| {gap.max():.3g}, within "
-                            "the outputs' allowances everywhere",), script=_rerun_script(variant, base, ORDER, what))
+                            "the outputs' allowances everywhere",))
 
 
 @checks("rope-relative-in-attention")
@@ -199,17 +195,15 @@ def test_rope_attention_depends_on_relative_positions_only(variant):
     (rotated by ROPE_SHIFT after their own position: R(p + t) = R(t) R(p)): the weight matrices (one-hot values)
     are the same, rows and columns following the tokens. A bias on where a key sits in the array, or any
     absolute position, shows here."""
-    base = _rotated(_tokens(variant.capabilities.value_dim, one_hot=True), f"np.arange({TOKENS})")
-    moved = _rotated(_stored_in_order(base), f"np.full({TOKENS}, {ROPE_SHIFT})")
+    base = _rotated(_tokens(variant.capabilities.value_dim, one_hot=True), POSITIONS)
+    moved = _rotated(_stored_in_order(base), [ROPE_SHIFT] * TOKENS)
     expect_same_up_to_order(variant, base, moved, what=f"weights(tokens in order {ORDER}, positions + {ROPE_SHIFT})",
                             versus="the weights at positions 0..7, rows and columns following the tokens")
 
 
-def _projected_rope(tokens: Problem, positions: str) -> Problem:
-    """Seed 003's placement: RoPE on the embeddings x at `positions` (code), then seeded Gaussian W_Q, W_K."""
-    return tokens.derive(f"w = np.random.default_rng({POSITION_SEED}).standard_normal((2, {HEAD_DIM}, {HEAD_DIM})) "
-                         f"/ {HEAD_DIM} ** 0.5; x = examples.rotary_embedding(p.q, {positions}); "
-                         "p = p.replace(q=x @ w[0], k=x @ w[1])")
+def _projected_rope(tokens: Problem, positions: list[int]) -> Problem:
+    """Seed 003's placement: RoPE on the embeddings x at `positions`, then seeded Gaussian W_Q, W_K."""
+    return tokens.derive(rope_projected, positions, POSITION_SEED)
 
 
 @checks("rope-relative-in-attention")
@@ -218,7 +212,7 @@ def test_rope_placements_pictured_on_the_oracle():
     positions 0..7 and + ROPE_SHIFT (within the two allowances and the rotations' rounding); seed 003's placement,
     before W_Q, W_K, gives another (shown, and required to differ, so the picture shows what the claims say)."""
     tokens = _tokens(True, one_hot=True)
-    start, shifted = f"np.arange({TOKENS})", f"np.arange({TOKENS}) + {ROPE_SHIFT}"
+    start, shifted = POSITIONS, SHIFTED_POSITIONS
     pairs = {"after": (_rotated(tokens, start), _rotated(tokens, shifted)),
              "before": (_projected_rope(tokens, start), _projected_rope(tokens, shifted))}
     weights, gaps, slacks = {}, {}, {}
@@ -245,7 +239,7 @@ def test_rope_on_embeddings_before_projections_depends_on_absolute_positions(var
     would leave the weights unchanged; it changes them."""
     tokens = _tokens(variant.capabilities.value_dim, one_hot=True)
     base, moved = (_projected_rope(tokens, positions)
-                   for positions in (f"np.arange({TOKENS})", f"np.arange({TOKENS}) + {ROPE_SHIFT}"))
+                   for positions in (POSITIONS, SHIFTED_POSITIONS))
     expect_same_up_to_order(variant, base, moved, order=list(range(TOKENS)),
                             what=f"weights(positions + {ROPE_SHIFT}, RoPE on the embeddings before W_Q, W_K)",
                             versus="the weights at positions 0..7")
@@ -255,16 +249,15 @@ def test_rope_on_embeddings_before_projections_depends_on_absolute_positions(var
 def test_rope_makes_token_order_visible(variant):
     """RoPE at positions 0..7 on the tokens, and on the same tokens stored in ORDER (same positions 0..7)."""
     tokens = _tokens(variant.capabilities.value_dim, one_hot=False)
-    base, moved = (_rotated(p, f"np.arange({TOKENS})") for p in (tokens, _stored_in_order(tokens)))
+    base, moved = (_rotated(p, POSITIONS) for p in (tokens, _stored_in_order(tokens)))
     expect_order_visible(variant, base, moved, what="RoPE")
 
 
 @checks("positional-encoding-breaks-symmetry")
 def test_sinusoidal_encoding_makes_token_order_visible(variant):
     """Self-attention on x + PE (sinusoidal, seed 000's 位置编码) for tokens x and for x stored in ORDER."""
-    encode = f"x = p.q + examples.sinusoidal_encoding({TOKENS}, {HEAD_DIM}); p = p.replace(q=x, k=x, v=x)"
     tokens = _tokens(variant.capabilities.value_dim, one_hot=False)
-    base, moved = (p.derive(encode) for p in (tokens, _stored_in_order(tokens)))
+    base, moved = (p.derive(sinusoidally_encoded) for p in (tokens, _stored_in_order(tokens)))
     expect_order_visible(variant, base, moved, what="sinusoidal encoding")
 
 
@@ -273,5 +266,5 @@ def test_sinusoidal_encoding_makes_token_order_visible(variant):
 def test_causal_mask_makes_token_order_visible(variant):
     """A causal mask on the tokens, and on the same tokens stored in ORDER."""
     tokens = _tokens(variant.capabilities.value_dim, one_hot=False)
-    base, moved = (p.derive("p = p.replace(causal=True)") for p in (tokens, _stored_in_order(tokens)))
+    base, moved = (p.derive(with_keywords, causal=True) for p in (tokens, _stored_in_order(tokens)))
     expect_order_visible(variant, base, moved, what="causal mask")

@@ -19,24 +19,14 @@ from harness.api.assertions import names
 from harness.api.explain import judge_sequence_gradients
 from harness.api.face_calls import call_face, expect_face_raised, face_output
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from properties.face_checks import check_sequence, source_problems
-from specs.problems import build
+from specs.problems import Problem, build
 from specs.tolerance import ToleranceUndefined, gradient_allowance
 from specs.varlen import PackedInputs, pack_sequences, sequence_kwargs, to_dense
 
 TAIL = 3  # rows past cu_seqlens[-1]
-
-
-def _script(target: str, tensors: str, lengths_q: list[int], lengths_k: list[int], unused: int, tail: int,
-            extra: dict, fill: str = "garbage") -> str:
-    return "\n".join([
-        "from harness.api import handed_over",
-        "from specs.varlen import pack_sequences",
-        f"packed = pack_sequences(q, k, v, {lengths_q}, {lengths_k}, unused_k={unused}, tail={tail}, fill={fill!r})",
-        f"args, kw = handed_over(packed.arrays, {{**packed.keywords, **p.kwargs(), **{extra!r}}}, {tensors!r})",
-        f"out = load_impl({target!r}).face('varlen')(*args, **kw)",
-    ])
 
 
 def _check_each_sequence(variant, data, fill: str) -> None:
@@ -50,26 +40,33 @@ def _check_each_sequence(variant, data, fill: str) -> None:
     caps = variant.capabilities
     if not caps.empty_sequences:  # declared: every sequence has queries and keys
         lengths_q, lengths_k = ([max(n, 1) for n in lengths] for lengths in (lengths_q, lengths_k))
+    check_each_sequence(variant, problem, lengths_q, lengths_k, fill)
+
+
+@reproducible
+def check_each_sequence(variant, problem: Problem, lengths_q: list[int], lengths_k: list[int], fill: str) -> None:
+    """The pack of `problem`'s sequences at these lengths, its unused positions filled with `fill`: each sequence's
+    output and log-sum-exp against its own dense attention (properties.face_checks.check_sequence)."""
+    caps = variant.capabilities
     unused = 2 if caps.seqused_k else 0
     trial = Trial(variant, problem)
     packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=TAIL, fill=fill)
     extra = {"return_lse": True} if caps.lse else {}
-    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, TAIL, extra, fill)
     raw = call_face(trial, "varlen", packed.arrays, {**packed.keywords, **problem.handed(variant.dtype).kwargs(),
-                                                     **extra}, problem, script)
+                                                     **extra}, problem)
     out_raw, lse = raw if caps.lse else (raw, None)
     heads, d_v = problem.q.shape[1], problem.v.shape[-1]
-    out = face_output(trial, out_raw, (len(packed.q), heads, d_v), problem, script)
+    out = face_output(trial, out_raw, (len(packed.q), heads, d_v), problem)
     if lse is not None and tuple(lse.shape) != (heads, len(packed.q)):
         trial.fail(f"return_lse=True returned lse of shape {tuple(lse.shape)}, expected (heads, total_q) = "
-                   f"{(heads, len(packed.q))}", problem, script=script)
+                   f"{(heads, len(packed.q))}", problem)
     exact = trial.exact_inputs()
     for b, rows, _ in packed.packing().sequences():
         if rows.start == rows.stop:
             continue
         q, k, v = (x[b:b + 1, :, :n] for x, n in zip(exact, (lengths_q[b], lengths_k[b], lengths_k[b]), strict=True))
         got = out[rows].transpose(1, 0, 2)[None]
-        check_sequence(trial, b, got, None if lse is None else lse[:, rows][None], (q, k, v), problem, script,
+        check_sequence(trial, b, got, None if lse is None else lse[:, rows][None], (q, k, v), problem,
                        pack_keys=max(lengths_k))
 
 
@@ -114,16 +111,25 @@ def _bad_packings(packed: PackedInputs, seqused_k: bool) -> list[tuple[str, str,
 def test_bad_packings_raise_errors_naming_them(variant):
     caps = variant.capabilities
     problem = build(batch=3, heads=2, heads_kv=1 if caps.gqa else 2, n_q=4, n_k=5, d=8, d_v=8, seed=22)
+    for what, _, _ in _bad_packings(_pack_of_three(Trial(variant, problem)), caps.seqused_k):
+        check_bad_packing_refused(variant, problem, what)
+
+
+def _pack_of_three(trial: Trial) -> PackedInputs:
+    unused = 2 if trial.variant.capabilities.seqused_k else 0
+    return pack_sequences(*trial.inputs(), [3, 2, 1], [2, 5, 3], unused_k=unused, tail=1, fill="garbage")
+
+
+@reproducible
+def check_bad_packing_refused(variant, problem: Problem, what: str) -> None:
+    """The pack of `problem`'s three sequences broken as `what` says (_bad_packings): the varlen call raises, naming
+    the argument."""
     trial = Trial(variant, problem)
-    lengths_q, lengths_k = [3, 2, 1], [2, 5, 3]
-    unused = 2 if caps.seqused_k else 0
-    packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=1, fill="garbage")
-    for what, name, broken in _bad_packings(packed, caps.seqused_k):
-        script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, 1, {}) + \
-            f"\n# then: {what}"
-        summary = expect_face_raised(trial, "varlen", broken.arrays, broken.keywords, problem, script, what)
-        if not names(summary, name):
-            trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem, script=script)
+    _, name, broken = next(bad for bad in _bad_packings(_pack_of_three(trial), variant.capabilities.seqused_k)
+                           if bad[0] == what)
+    summary = expect_face_raised(trial, "varlen", broken.arrays, broken.keywords, problem, what)
+    if not names(summary, name):
+        trial.fail(f"{what} raised an error that does not name {name}: {summary}", problem)
 
 
 @checks("varlen-is-each-sequence-alone")
@@ -139,21 +145,27 @@ def test_each_packed_sequence_has_its_own_gradients(variant, data):
     smallest = 0 if caps.empty_sequences else 1
     lengths_q, lengths_k = (data.draw(st.lists(st.integers(smallest, n), min_size=batch, max_size=batch), label=label)
                             for n, label in ((n_q, "lengths_q"), (n_k, "lengths_k")))
+    check_each_sequence_gradients(variant, problem, lengths_q, lengths_k)
+
+
+@reproducible
+def check_each_sequence_gradients(variant, problem: Problem, lengths_q: list[int], lengths_k: list[int]) -> None:
+    """dQ, dK, dV of the pack of `problem`'s sequences at these lengths against each sequence's own dense backward,
+    and exactly 0 on rows no sequence uses (test_each_packed_sequence_has_its_own_gradients)."""
+    caps = variant.capabilities
     unused = 2 if caps.seqused_k else 0
     trial = Trial(variant, problem)
     packed = pack_sequences(*trial.inputs(), lengths_q, lengths_k, unused_k=unused, tail=TAIL, fill="garbage")
     d_out = np.random.default_rng(problem.recipe.seed).standard_normal(
         (len(packed.q), problem.q.shape[1], problem.v.shape[-1])).astype(trial.dtype)
     d_out[int(packed.cu_seqlens_q[-1]):] = 0
-    script = _script(variant.impl.target, caps.tensors, lengths_q, lengths_k, unused, TAIL, {}) + \
-        "\n# then the gradients: harness.api.backward_of on load_impl(...).face('varlen')"
     face = replace(variant.impl, fn=variant.impl.face("varlen"))
     keywords = {"cu_seqlens_q": packed.cu_seqlens_q, "cu_seqlens_k": packed.cu_seqlens_k, **packed.keywords,
                 **problem.handed(variant.dtype).kwargs()}
     try:
         grads = backward_of(face, packed.q, packed.k, packed.v, d_out, **keywords)
     except CallFailed as failure:
-        trial.fail(failure.summary, problem, script=script)
+        trial.fail(failure.summary, problem)
     grads = [g.astype(np.float64) for g in grads]
     zero = [np.ones(len(x), bool) for x in (packed.q, packed.k, packed.v)]  # rows whose gradients must be 0
     exact = trial.exact_inputs()
@@ -175,9 +187,9 @@ def test_each_packed_sequence_has_its_own_gradients(variant, data):
         for name, grad, exact_grad, allowance in zip(("dQ", "dK", "dV"), got, oracle.grads, oracle.allowances,
                                                      strict=True):
             trial.expect_close(grad, exact_grad, allowance, what=f"{name} of sequence {b}",
-                               versus="the float64 oracle's backward", problem=problem, script=script)
+                               versus="the float64 oracle's backward", problem=problem)
     for name, grad, rows in zip(("dQ", "dK", "dV"), grads, zero, strict=True):
         if np.any(grad[rows] != 0):
             where = int(np.flatnonzero(rows)[np.argmax(np.any(grad[rows] != 0, axis=(1, 2)))])
             trial.fail(f"{name} is not 0 at packed row {where}, which takes no part in any sequence's attention: "
-                       f"{grad[where].reshape(-1)[:4]}", problem, script=script)
+                       f"{grad[where].reshape(-1)[:4]}", problem)

@@ -23,6 +23,12 @@ import numpy as np
 from specs.reference import AttentionResult, attention, matmul, repeat_kv
 
 
+def drawn_cotangent(out_shape: tuple[int, ...], seed: int, dtype) -> np.ndarray:
+    """The d_out a gradient property draws for an output of `out_shape`: standard normal from `seed`, in `dtype`
+    (what a failure records as its cotangent seed, so its figure draws the same)."""
+    return np.random.default_rng(seed).standard_normal(out_shape).astype(dtype)
+
+
 def sum_groups(x: np.ndarray, heads_kv: int) -> np.ndarray:
     b, h, n, d = x.shape
     return x.reshape(b, heads_kv, h // heads_kv, n, d).sum(axis=2)

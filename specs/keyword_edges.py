@@ -1,8 +1,9 @@
 """The edges of each keyword of the protocol (docs/design.md, CONTRACT 1), as Hypothesis strategies.
 
 specs.strategies draws keywords from their typical values; a declared keyword is a promise over its whole
-domain, and implementations break at its edges. Each edge is an `Edge`: the keyword, what the edge is, the
-value, and the Python expression that rebuilds it (the repro snippet's step and the failure message use it).
+domain, and implementations break at its edges. Each edge is an `Edge`: the keyword, what the edge is, and the
+value (written as Python by specs.literals for the failure message); the problem called with it is derived by a
+step of specs.derivations, so the repro snippet prints that call.
 
 - scale (resolve_scale in specs.validation: any finite real, a Python int or float, a NumPy scalar, a 0-d
   array): 0 (every visible key weighs the same), negative (the ranking reversed), subnormal, huge (scores far
@@ -24,63 +25,65 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from specs.problems import Problem
+from specs.derivations import BAD_SCORE_MOD_VALUES, scores_of_one_sign, with_keywords, with_mask_pattern
+from specs.literals import literal_code
+from specs.problems import Problem, queries_scaled
 
 
 @dataclass(frozen=True)
 class Edge:
-    """One edge value of one keyword: `code` is a Python expression (NumPy as np) that evaluates to `value`."""
+    """One edge value of one keyword; a mask edge also keeps its pattern, shape and row keys (with_mask_pattern's
+    arguments), from which its value is made."""
 
     keyword: str
     label: str
     value: object
-    code: str
+    pattern: tuple = ()
 
     def describe(self) -> str:
         """What a failure message names: the keyword, the value as Python, and the edge."""
-        return f"{self.keyword}={self.code} ({self.label})"
+        shown = (f"with_mask_pattern(p, {', '.join(literal_code(arg) for arg in self.pattern)})" if self.pattern
+                 else literal_code(self.value))
+        return f"{self.keyword}={shown} ({self.label})"
 
 
-def _edge(keyword: str, label: str, code: str) -> Edge:
-    return Edge(keyword, label, eval(code, {"np": np}), code)  # the value is what the code rebuilds
-
-
-SCALE_VALUES = tuple(_edge("scale", label, code) for label, code in (
-    ("zero: uniform weights over the visible keys", "0.0"),
-    ("negative: the ranking reversed", "-1.0"),
-    ("negative: the ranking reversed", "-0.125"),
-    ("negative and huge: one-hot on the lowest score", "-1e6"),
-    ("subnormal in float64", "5e-324"),
-    ("subnormal in float64", "1e-310"),
-    ("subnormal in float32", "1e-40"),
-    ("subnormal in float16", "3e-08"),
-    ("huge: one-hot weights", "1e4"),
-    ("huge: one-hot weights", "1e6"),
-    ("huge: one-hot weights", "1e9"),
+SCALE_VALUES = tuple(Edge("scale", label, value) for label, value in (
+    ("zero: uniform weights over the visible keys", 0.0),
+    ("negative: the ranking reversed", -1.0),
+    ("negative: the ranking reversed", -0.125),
+    ("negative and huge: one-hot on the lowest score", -1e6),
+    ("subnormal in float64", 5e-324),
+    ("subnormal in float64", 1e-310),
+    ("subnormal in float32", 1e-40),
+    ("subnormal in float16", 3e-08),
+    ("huge: one-hot weights", 1e4),
+    ("huge: one-hot weights", 1e6),
+    ("huge: one-hot weights", 1e9),
 ))
 # The types a scale may come as, each checked on one fixed problem (the type, not the problem, is the edge)
-SCALE_TYPES = tuple(_edge("scale", label, code) for label, code in (
-    ("a Python int", "0"),
-    ("a Python int", "1"),
-    ("a Python int", "-2"),
-    ("a NumPy scalar", "np.float64(0.5)"),
-    ("a NumPy scalar", "np.float32(-0.25)"),
-    ("a NumPy scalar", "np.float16(0.0)"),
-    ("a NumPy scalar", "np.int64(3)"),
-    ("a 0-d array", "np.array(0.5)"),
-    ("a 0-d array", "np.array(-1.0, dtype=np.float32)"),
-    ("a 0-d array", "np.array(0.0)"),
-    ("a 0-d array", "np.array(2)"),
+SCALE_TYPES = tuple(Edge("scale", label, value) for label, value in (
+    ("a Python int", 0),
+    ("a Python int", 1),
+    ("a Python int", -2),
+    ("a NumPy scalar", np.float64(0.5)),
+    ("a NumPy scalar", np.float32(-0.25)),
+    ("a NumPy scalar", np.float16(0.0)),
+    ("a NumPy scalar", np.int64(3)),
+    ("a 0-d array", np.array(0.5)),
+    ("a 0-d array", np.array(-1.0, dtype=np.float32)),
+    ("a 0-d array", np.array(0.0)),
+    ("a 0-d array", np.array(2)),
 ))
 DROPOUT_EDGES = (0.0, 0.9, 0.99, 0.999)  # 0: bitwise the call without dropout; the rest: survivors x 1/(1 - p)
 MASK_PATTERNS = ("hides nothing", "hides every key", "hides one key per row", "shows one key per row")
 MASK_RANKS = (1, 2, 3, 4)
-# What a derive step does to q and k so that every score of a row shares a magnitude (the LSE edges)
+# What a step does to q and k so that every score of a row shares a magnitude (the LSE edges): the label, then the
+# step and its arguments (none for the ordinary scores)
 LSE_SCORE_EDGES = (
-    ("ordinary scores", "p = p"),
-    ("all scores huge", "p = p.replace(q=np.abs(p.q) * 100.0, k=np.abs(p.k) * 100.0)"),
-    ("all scores hugely negative", "p = p.replace(q=-np.abs(p.q) * 100.0, k=np.abs(p.k) * 100.0)"),
-    ("all scores tiny", "p = p.replace(q=p.q * 1e-20)"),
+    ("ordinary scores", None, ()),
+    ("all scores huge", scores_of_one_sign, (1, 100.0)),
+    ("all scores hugely negative", scores_of_one_sign, (-1, 100.0)),
+    ("all scores tiny", queries_scaled, (1e-20,)),
 )
 
 
@@ -90,9 +93,8 @@ def scale_edges() -> st.SearchStrategy[Edge]:
 
 
 def with_scale(problem: Problem, edge: Edge) -> Problem:
-    """The problem called with the edge's scale (a derive step, so the repro rebuilds it; its comment names the
-    edge)."""
-    return problem.derive(f"p = p.replace(scale={edge.code})  # {edge.label}")
+    """The problem called with the edge's scale (a step, so the repro rebuilds it; its comment names the edge)."""
+    return problem.derive(with_keywords, scale=edge.value, comment=edge.label)
 
 
 @st.composite
@@ -108,39 +110,17 @@ def mask_edges(draw, problem: Problem) -> tuple[Edge, ...]:
         lead = tuple(size if draw(st.booleans(), label=f"rank {rank} mask dim {axis} full") else 1
                      for axis, size in enumerate((batch, heads, n_q)[4 - rank:]))
         shape = (*lead, n_k)
-        if pattern == "hides nothing":
-            code = f"np.ones({shape!r}, dtype=bool)"
-        elif pattern == "hides every key":
-            code = f"np.zeros({shape!r}, dtype=bool)"
-        else:
-            keys = np.random.default_rng(seed).integers(n_k, size=int(np.prod(lead, dtype=np.int64))).tolist()
-            one_hot = f"np.eye({n_k}, dtype=bool)[{keys!r}].reshape({shape!r})"
-            code = one_hot if pattern == "shows one key per row" else f"~{one_hot}"
-        edges.append(_edge("mask", f"{pattern}, rank {rank}, shape {shape}", code))
+        keys = np.random.default_rng(seed).integers(n_k, size=int(np.prod(lead, dtype=np.int64))).tolist()
+        mask = with_mask_pattern(problem, pattern, shape, keys).mask
+        edges.append(Edge("mask", f"{pattern}, rank {rank}, shape {shape}", mask, (pattern, shape, keys)))
     return tuple(edges)
 
 
 def with_mask(problem: Problem, edge: Edge) -> Problem:
     """The problem called with the edge's mask (the step's comment names the pattern, rank and shape)."""
-    return problem.derive(f"p = p.replace(mask={edge.code})  # {edge.label}")
+    return problem.derive(with_mask_pattern, *edge.pattern, comment=edge.label)
 
 
-# keyword -> (what is wrong, the derive step that hands it over): values outside the protocol of
-# specs.score_mods.check_score_mods, each shaped for the problem it is applied to
-BAD_SCORE_MODS = {
-    "window_size": (("a window of non-integers", "p = p.replace(window_size=(1.5, 2))"),
-                    ("a window of one side", "p = p.replace(window_size=(4,))"),
-                    ("a window that is one integer", "p = p.replace(window_size=4)")),
-    "softcap": (("a NaN softcap", "p = p.replace(softcap=float('nan'))"),
-                ("an infinite softcap", "p = p.replace(softcap=float('inf'))")),
-    "alibi_slopes": (("slopes for one head too many", "p = p.replace(alibi_slopes=np.full(p.q.shape[1] + 1, 0.5))"),
-                     ("a NaN slope", "p = p.replace(alibi_slopes=np.full(p.q.shape[1], np.nan))")),
-    "sinks": (("sinks for one head too many", "p = p.replace(sinks=np.zeros(p.q.shape[1] + 1))"),
-              ("a NaN sink", "p = p.replace(sinks=np.full(p.q.shape[1], np.nan))")),
-    "bias": (("a bias with one key too many", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k + 1,)))"),
-             # one key short, or none where one key short would broadcast (n_k = 2)
-             ("a bias one key short", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k - 1 if p.n_k > 2 else 0,)))"),
-             ("a bias of rank 5", "p = p.replace(bias=np.zeros((1,) + p.q.shape[:3] + (p.n_k,)))"),
-             ("an integer bias", "p = p.replace(bias=np.zeros(p.q.shape[:3] + (p.n_k,), dtype=np.int64))"),
-             ("a NaN bias", "p = p.replace(bias=np.full(p.q.shape[:3] + (p.n_k,), np.nan))")),
-}
+# keyword -> what is wrong with each of its values outside the protocol of specs.score_mods.check_score_mods, each
+# shaped for the problem it is applied to (specs.derivations.with_bad_score_mod makes them)
+BAD_SCORE_MODS = {keyword: tuple(values) for keyword, values in BAD_SCORE_MOD_VALUES.items()}

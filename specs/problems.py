@@ -4,9 +4,10 @@ A recipe (sizes, a seed, a value style) rebuilds the same float64 arrays on any
 machine (NumPy's PCG64 stream is stable), so a failing property's smallest
 input is printed as one short `build(...)` call instead of a page of numbers.
 Transformations a property applies afterwards (a permutation, one-hot values)
-are written once, as the Python line the repro snippet prints, and
-Problem.derive runs that line itself: what the property used is what the
-snippet rebuilds.
+are named functions, steps, called with literal arguments (specs.literals):
+Problem.derive calls one and remembers the call, and the repro snippet prints
+the same call, so what the property used is what the snippet rebuilds
+(specs.problem_code reads a problem's code back without running strings).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from specs.dtypes import numpy_dtype
+from specs.literals import literal_code
 from specs.validation import AttentionInputError
 
 # How q and k are drawn; each style stresses a different part of the computation.
@@ -44,15 +47,11 @@ SINK_STYLES = (False, True, "infinite", "dominant")  # none; finite of order 1; 
 # in [-4, 4]) and of 1/64 (slopes, in (0, 1]): exact in every dtype, so the oracle sees what an implementation gets.
 BIAS_LAYOUTS = ("full", "heads", "keys")
 ALIBI_LAYOUTS = ("heads", "batch_heads")
-# The repro snippet's first lines (harness/api/trial.py); a step sees these names and `p`, nothing else.
-STEP_IMPORTS = (
-    "import numpy as np",
-    "from specs import examples",
-    "from specs.fill import finite_garbage",
-    "from specs.problems import build, one_hot_values",
-)
+# The project's modules of steps (@problem_step), which specs.problem_code imports before it reads a problem's code
+STEP_MODULES = ("specs.problems", "specs.derivations", "specs.constructions")
+_STEPS: dict = {}  # name -> step function, as @problem_step registers them
 # What a problem's code() must rebuild bit for bit (and a step must not change in the problem it derives from).
-_REBUILT = ("recipe", "q", "k", "v", "mask", "scale", "causal", "bias", "window_size", "softcap", "alibi_slopes",
+REBUILT_FIELDS = ("recipe", "q", "k", "v", "mask", "scale", "causal", "bias", "window_size", "softcap", "alibi_slopes",
             "sinks")
 # the dtype the modification arrays are handed over in, by the implementation's dtype: a bias in its own, slopes and
 # sinks in float32 below float64 (flash_attn_func requires float32 slopes)
@@ -61,6 +60,64 @@ _MOD_DTYPES = {"bias": None, "alibi_slopes": "float32", "sinks": "float32"}
 
 class CodeMismatch(Exception):
     """A problem's code() does not rebuild it: its repro snippet would show another input."""
+
+
+def problem_step(function: Callable[..., Problem]) -> Callable[..., Problem]:
+    """Register `function(p, *literals, **literals) -> Problem`, a module-level function that returns a new problem
+    and leaves `p` as it was, as a step: calling it, directly or through Problem.derive, gives the new problem with
+    the call remembered, so the repro imports the step from its module by its name and calls it on the same
+    arguments (specs.problem_code finds it by that name: one function per name)."""
+    if "<" in function.__qualname__:
+        raise ValueError(f"step {function.__qualname__} must be a module-level function, which a snippet imports")
+    known = _STEPS.get(function.__name__)
+    if known is not None and (known.__module__, known.__qualname__) != (function.__module__, function.__qualname__):
+        raise ValueError(f"two steps are named {function.__name__}: in {known.__module__} and {function.__module__}")
+
+    @functools.wraps(function)
+    def step(p: Problem, *args, **kwargs) -> Problem:
+        return p.derive(step, *args, **kwargs)
+
+    step.makes = function
+    _STEPS[function.__name__] = step
+    return step
+
+
+def step_imports(steps: tuple[Step, ...]) -> tuple[str, ...]:
+    """The import lines of the step functions `steps` call, one line per module."""
+    by_module: dict[str, list[str]] = {}
+    for step in steps:
+        names = by_module.setdefault(step.function.__module__, [])
+        if step.function.__name__ not in names:
+            names.append(step.function.__name__)
+    return tuple(f"from {module} import {', '.join(names)}" for module, names in by_module.items())
+
+
+def registered_steps() -> dict[str, Callable[..., Problem]]:
+    """The steps registered so far, by name."""
+    return dict(_STEPS)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One call of a step function on the problem before it: `p = name(p, *args, **kwargs)  # comment`."""
+
+    function: Callable[..., Problem]
+    args: tuple = ()
+    kwargs: tuple[tuple[str, object], ...] = ()
+    comment: str = ""
+
+    def line(self, *, with_comment: bool = True) -> str:
+        """The snippet's line for this step (its arguments as specs.literals writes them)."""
+        parts = ["p", *(literal_code(arg) for arg in self.args),
+                 *(f"{name}={literal_code(value)}" for name, value in self.kwargs)]
+        line = f"p = {self.function.__name__}({', '.join(parts)})"
+        return f"{line}  # {self.comment}" if self.comment and with_comment else line
+
+    def __eq__(self, other: object) -> bool:  # equal when they write the same call (NaN arguments included)
+        return isinstance(other, Step) and self.line(with_comment=False) == other.line(with_comment=False)
+
+    def __hash__(self) -> int:
+        return hash(self.line(with_comment=False))
 
 
 @dataclass(frozen=True)
@@ -134,7 +191,7 @@ class Problem:
     softcap: float = 0.0
     alibi_slopes: np.ndarray | None = None
     sinks: np.ndarray | None = None
-    steps: tuple[str, ...] = field(default=())
+    steps: tuple[Step, ...] = field(default=())
     origin: str = ""  # Python expression that builds this problem; default: the recipe
 
     def kwargs(self) -> dict:
@@ -171,31 +228,29 @@ class Problem:
         """The same problem with some arrays or keywords changed (what steps call)."""
         return dataclasses.replace(self, **changes)
 
-    def derive(self, step: str) -> Problem:
-        """The problem Python code `step` makes of this one (bound to `p`, rebinding `p`), remembering `step`
-        for the repro. It runs as the snippet runs it, with only STEP_IMPORTS in scope, so replaying it
-        rebuilds the derived arrays bit for bit; it must leave this problem as it was."""
-        before = {name: _copy(getattr(self, name)) for name in _REBUILT}
-        derived = _run(step, self)
-        changed = [name for name, value in before.items() if not _identical(value, getattr(self, name))]
+    def derive(self, step: Callable[..., Problem], *args, comment: str = "", **kwargs) -> Problem:
+        """The problem step(self, *args, **kwargs) makes of this one, remembering the call for the repro (`comment`
+        ends its line). `step` is a @problem_step and its arguments literals (specs.literals), so the snippet's
+        line calls the same function on the same values; it must leave this problem as it was."""
+        makes = getattr(step, "makes", None)
+        if makes is None:
+            raise ValueError(f"{getattr(step, '__qualname__', step)!r} is not a @problem_step: derive calls named "
+                             "steps only, so the repro can print the call")
+        recorded = Step(step, args, tuple(kwargs.items()), comment)
+        recorded.line()  # refuses arguments that are not literals before the step runs
+        before = {name: _copy(getattr(self, name)) for name in REBUILT_FIELDS}
+        derived = makes(self, *args, **kwargs)
+        if not isinstance(derived, Problem):
+            raise TypeError(f"step {step.__name__} must return a Problem, returned {type(derived).__name__}")
+        changed = [name for name, value in before.items() if not identical(value, getattr(self, name))]
         if changed:
-            raise ValueError(f"{step!r} changes the {', '.join(changed)} of the problem it derives from: "
+            raise ValueError(f"{recorded.line()!r} changes the {', '.join(changed)} of the problem it derives from: "
                              "copy an array before writing to it")
-        return dataclasses.replace(derived, origin=self.origin or repr(self.recipe), steps=self.steps + (step,))
+        return dataclasses.replace(derived, origin=self.origin or repr(self.recipe), steps=self.steps + (recorded,))
 
     def scale_queries(self, factor: float) -> Problem:
         """The same problem with every score multiplied by `factor` (q scaled)."""
-        return self.derive(f"p = p.replace(q=p.q * {factor!r})")
-
-    def check_code(self) -> None:
-        """Raise CodeMismatch unless code() rebuilds this problem's recipe, arrays and keywords bit for bit."""
-        try:
-            rebuilt = _run(self.code())
-        except Exception as exc:  # e.g. a step rebinds a name a later step reads
-            raise CodeMismatch(f"the code of {self!r} raises {type(exc).__name__}: {exc}") from exc
-        wrong = [name for name in _REBUILT if not _identical(getattr(self, name), getattr(rebuilt, name))]
-        if wrong:
-            raise CodeMismatch(f"the code of {self!r} does not rebuild its {', '.join(wrong)}")
+        return self.derive(queries_scaled, factor)
 
     @property
     def n_q(self) -> int:
@@ -213,42 +268,31 @@ class Problem:
                   for name, value in self.kwargs().items() if name in ("window_size", "softcap", *_MOD_DTYPES)]
         return ", ".join(parts)
 
+    def imports(self) -> tuple[str, ...]:
+        """The import lines this problem's code needs: what builds it, then each step function from its module."""
+        examples = self.origin.startswith("examples.")
+        return ("from specs import examples" if examples else "from specs.problems import build",
+                *step_imports(self.steps))
+
     def code(self) -> str:
-        """Python lines that rebuild this problem as `p`."""
-        return "\n".join([f"p = {self.origin or repr(self.recipe)}", *self.steps])
+        """Python lines that rebuild this problem as `p`, after imports()."""
+        return "\n".join([f"p = {self.origin or repr(self.recipe)}", *(step.line() for step in self.steps)])
 
     def __repr__(self) -> str:
-        return "; ".join([self.origin or repr(self.recipe), *self.steps])
+        return "; ".join([self.origin or repr(self.recipe), *(step.line(with_comment=False) for step in self.steps)])
 
 
-def rebuild(text: str) -> Problem:
-    """The problem whose repr (report.json's counterexample "problem") is `text`, bit for bit."""
-    if not isinstance(text, str) or not text.strip():
-        raise AttentionInputError(f"rebuild needs a problem's repr, got {text!r}")
-    return _run(f"p = {text}")
-
-
-@functools.cache
-def _step_names() -> dict:
-    names: dict = {}
-    exec("\n".join(STEP_IMPORTS), names)
-    return names
-
-
-def _run(code: str, p: Problem | None = None) -> Problem:
-    """`p` after running `code` with `p` and STEP_IMPORTS' names in scope."""
-    names = {**_step_names(), "p": p}
-    exec(code, names)
-    if not isinstance(names["p"], Problem):
-        raise TypeError(f"{code!r} must leave a Problem in `p`, left {type(names['p']).__name__}")
-    return names["p"]
+@problem_step
+def queries_scaled(p: Problem, factor: float) -> Problem:
+    """Every query times `factor` (every score times `factor`)."""
+    return p.replace(q=p.q * factor)
 
 
 def _copy(value: object) -> object:
     return value.copy() if isinstance(value, np.ndarray) else value
 
 
-def _identical(a: object, b: object) -> bool:
+def identical(a: object, b: object) -> bool:
     """Equal, and for arrays equal bit for bit (NaN payloads and signed zeros included); a float NaN (a bad softcap)
     is identical to a float NaN."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):

@@ -3,7 +3,13 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.api import Trial, checks, problems_for
+from harness.api import Trial, checks, problem_step, problems_for
+
+
+@problem_step
+def values_doubled(p):
+    """Every value times 2 (a step: the repro snippet of a failure calls it to rebuild the doubled problem)."""
+    return p.replace(v=2 * p.v)
 
 
 @checks("output-is-weighted-sum-of-values")
@@ -12,7 +18,7 @@ def test_doubling_the_values_doubles_the_output(variant, data):
     """out(2 V) = 2 out(V): each call is within its allowance of the oracle, which doubles exactly, so the
     allowance is the doubled call's plus twice the first's."""
     problem = data.draw(problems_for(variant), label="problem")
-    doubled = problem.derive("p = p.replace(v=2 * p.v)")
+    doubled = problem.derive(values_doubled)
     once, twice = Trial(variant, problem), Trial(variant, doubled)
     _, allowance = once.oracle()
     _, allowance_doubled = twice.oracle()

@@ -13,8 +13,12 @@ class PropertyViolation(AssertionError):
     """
 
     def __init__(self, summary: str, *, impl: str | None = None, problem: Problem | None = None,
-                 details: tuple[str, ...] = (), repro: str = "", claim: str | None = None) -> None:
+                 details: tuple[str, ...] = (), repro: str = "", claim: str | None = None,
+                 cotangent_seed: int | None = None) -> None:
         self.summary = summary
+        # the seed of the d_out (specs.gradients.drawn_cotangent) of a failing backward called with the problem's
+        # keywords alone: what its figure draws again
+        self.cotangent_seed = cotangent_seed
         self.claim = claim  # in a property checking several claims: the one whose assertion failed
         self.impl = impl
         self.problem = problem
@@ -45,7 +49,7 @@ class PropertyViolation(AssertionError):
     def noted(self, note: str) -> PropertyViolation:
         """The same violation with `note` first among its details (what the declared deviations explained)."""
         return PropertyViolation(self.summary, impl=self.impl, problem=self.problem, details=(note, *self.details),
-                                 repro=self.repro, claim=self.claim)
+                                 repro=self.repro, claim=self.claim, cotangent_seed=self.cotangent_seed)
 
     def counterexample(self) -> dict:
         """The JSON form written to report.json."""
@@ -54,6 +58,7 @@ class PropertyViolation(AssertionError):
             "shapes": None if self.problem is None else self.problem.describe(),
             "details": list(self.details),
             "repro": self.repro,
+            **({} if self.cotangent_seed is None else {"cotangent_seed": self.cotangent_seed}),
         }
 
 

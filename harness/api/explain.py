@@ -25,6 +25,7 @@ import numpy as np
 
 from harness.engine.explanation import DeviationRun, ExplainedStop, active
 from harness.engine.guarded_call import as_numpy
+from specs.derivations import inputs_garbled
 from specs.deviations import Call, DeviantModel, Deviation, finite_garbage
 from specs.deviations.reach import rows_to_gradients
 from specs.gradients import attention_backward, score_mod_gradients
@@ -303,7 +304,7 @@ def forward_prediction(trial, call: Call, keywords: Mapping, out, lse, deviation
 
 def _garbage(problem):
     """The same problem with finite garbage in place of its poison (specs.fill)."""
-    return problem.derive("p = p.replace(q=finite_garbage(p.q), k=finite_garbage(p.k), v=finite_garbage(p.v))")
+    return problem.derive(inputs_garbled)
 
 
 def _poisoned_forward(trial, problem, extra, call: Call, out, lse, run: DeviationRun):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.api.trial import Trial
+from specs.derivations import one_hot_valued
 from specs.problems import Problem
 from specs.reference import AttentionResult
 from specs.tolerance import Allowance
@@ -27,7 +28,7 @@ class ObservedWeights:
 
 def one_hot_problem(trial: Trial, problem: Problem) -> Problem:
     d_v = problem.n_k if trial.variant.capabilities.value_dim else problem.q.shape[-1]
-    return problem.derive(f"p = p.replace(v=one_hot_values(p.k.shape, {d_v}))")
+    return problem.derive(one_hot_valued, d_v)
 
 
 def observe_weights(trial: Trial, problem: Problem | None = None, **extra) -> ObservedWeights:

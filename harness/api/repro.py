@@ -14,13 +14,14 @@ from harness.engine.call_state import seeding_lines
 from harness.engine.guarded_call import handed_over
 from protocol.registry import Impl
 from specs.dtypes import EXTENSION_DTYPES, is_extension
-from specs.problems import STEP_IMPORTS, Problem
+from specs.problem_code import check_code
+from specs.problems import Problem
 from specs.tolerance import Allowance
 
-# what a derivation step may use (specs.problems.STEP_IMPORTS), then what the snippet itself may need: a snippet
-# imports the names of these it uses (imports_used)
+# what a snippet may need besides its problem's own imports (Problem.imports): it imports the names it uses
+# (imports_used)
 IMPORTS = (
-    *STEP_IMPORTS,
+    "import numpy as np",
     "from harness.api import as_float64, numpy_facing, verdict",
     "from protocol.registry import load_impl",
     "from specs.layouts import to_layout",
@@ -107,7 +108,7 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
     (default: call_line_for({})) and, when it assigns `out`, print the verdict of that output against the oracle
     within specs.tolerance.forward_allowance (`past_range` as the trial judged it). It imports what it uses.
     Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
-    problem.check_code()
+    check_code(problem)
     load = f"load_impl({target!r})"
     lines = [
         problem.code(),
@@ -118,21 +119,22 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
         lines.append(f"p = p.handed({dtype!r})  # the bias, slopes and sinks as the implementation got them")
     if layout != "contiguous":
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
+    imports = (*problem.imports(), *IMPORTS)
     if script is not None:
-        return _with_imports(lines + [script])
+        return _with_imports(imports, lines + [script])
     call = call_line or call_line_for({})
     lines.append(call)
     if not re.search(r"^out = ", call, re.MULTILINE):
-        return _with_imports(lines)  # the call computes something else (a backward's dq, dk, dv): it ends there
+        return _with_imports(imports, lines)  # the call computes something else (a backward's dq, dk, dv): done
     past = ", past_range=True" if past_range else ""
     lines += [
         f"oracle, allowance = forward_allowance(*(x.astype(float) for x in (q, k, v)), dtype={dtype!r}{past}, "
         f"**p.kwargs(), causal_alignment={causal_alignment!r})",
         "print(verdict(as_float64(out), oracle.out, allowance))",
     ]
-    return _with_imports(lines)
+    return _with_imports(imports, lines)
 
 
-def _with_imports(lines: list[str]) -> str:
+def _with_imports(imports: tuple[str, ...], lines: list[str]) -> str:
     body = "\n".join(lines)
-    return "\n".join([*imports_used(IMPORTS, body), body])
+    return "\n".join([*imports_used(imports, body), body])

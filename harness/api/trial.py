@@ -21,6 +21,7 @@ from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
 from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbed_output, perturbed_report
 from harness.api.repro import call_line_for, index_code, repro_snippet
+from harness.api.reproducible import running_check_snippet
 from harness.engine import run_context
 from harness.engine.backward import backward_of
 from harness.engine.call_replay import kept_call
@@ -29,9 +30,12 @@ from harness.engine.explanation import active
 from harness.engine.guarded_call import CallFailed, as_numpy, call_in_process, checked_array, non_finite_summary
 from harness.engine.isolation import call_isolated
 from protocol.registry import Variant
+from specs.derivations import values_of
 from specs.dtypes import numpy_dtype
+from specs.gradients import drawn_cotangent
 from specs.layouts import to_layout
-from specs.problems import Problem
+from specs.problem_code import check_code
+from specs.problems import Problem, Step, step_imports
 from specs.reference import AttentionResult, repeat_kv
 from specs.strategies import problems
 from specs.tolerance import (
@@ -59,12 +63,19 @@ class Trial:
         self.past_range = past_range
         self.dtype = numpy_dtype(variant.dtype)
         self._targets: list[str] = []
+        self._drawn: tuple[int, np.ndarray] | None = None  # the last cotangent drawn, with its seed
+        self.cotangent_seed: int | None = None  # that seed, while the last backward was called on it alone
+        self._last_call: str | None = None  # the repro's line for the last forward call
         self.in_hypothesis = currently_in_test_context()
         running = RUNNING.get()
         if self.in_hypothesis:
             note(f"implementation {variant.name}; problem {problem!r}")
             if running is not None:
                 running.count.saw(current_build_context())
+
+    def reproduction_arguments(self) -> tuple[str, tuple, dict]:
+        """The call that makes this trial again (a repro snippet writes it: harness.api.reproducible)."""
+        return "Trial", (self.variant, self.problem), {"layout": self.layout, "past_range": self.past_range}
 
     # -- inputs -------------------------------------------------------------
     def inputs(self, problem: Problem | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,6 +118,9 @@ class Trial:
         __tracebackhide__ = True
         impl = self.variant.impl
         kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
+        self._last_call = call_line_for(extra, global_seed=global_seed)
+        if extra.get("return_lse"):
+            self._last_call = self._last_call.replace("out = ", "out, lse = ", 1)
         started = time.perf_counter()
         try:
             def call() -> object:
@@ -120,18 +134,28 @@ class Trial:
             failure = perturbed_failure(self, problem, failure)
             if failure.kind == "raised":
                 judge_raise(self, problem, failure.summary)
-            self.fail(failure.summary, problem, call_line=call_line_for(extra, global_seed=global_seed))
+            self.fail(failure.summary, problem)
         finally:
             running = RUNNING.get()
             if running is not None:
                 running.call_seconds += time.perf_counter() - started
         return judge_output(self, problem, extra, raw)
 
-    def gradients(self, problem: Problem, d_out: np.ndarray, *, wrt: tuple[str, ...] = (), call_line: str | None = None,
+    def cotangent(self, problem: Problem, seed: int) -> np.ndarray:
+        """The d_out a gradient property draws for `problem` (specs.gradients.drawn_cotangent) in the dtype: a
+        failure of a backward called on it with the problem's keywords alone records `seed` (its figure draws
+        the same)."""
+        d_out = drawn_cotangent(problem.q.shape[:3] + (problem.v.shape[-1],), seed, self.dtype)
+        self._drawn = (seed, d_out)
+        return d_out
+
+    def gradients(self, problem: Problem, d_out: np.ndarray, *, wrt: tuple[str, ...] = (),
                   **extra) -> tuple[np.ndarray, ...]:
         """dQ, dK, dV (and the gradients of the modification arrays named in `wrt`) of <d_out, the implementation's
         output on `problem`>, as harness.engine.backward.backward_of gives them; a failure fails the trial."""
         __tracebackhide__ = True
+        plain = self._drawn is not None and d_out is self._drawn[1] and not extra and not wrt
+        self.cotangent_seed = self._drawn[0] if plain else None
         started = time.perf_counter()
         try:
             impl, inputs = self.variant.impl, self.inputs(problem)
@@ -143,7 +167,7 @@ class Trial:
             failure = perturbed_failure(self, problem, failure)
             if failure.kind == "raised":
                 judge_raise(self, problem, failure.summary)
-            self.fail(failure.summary, problem, call_line=call_line)
+            self.fail(failure.summary, problem)
         finally:
             running = RUNNING.get()
             if running is not None:
@@ -171,10 +195,10 @@ class Trial:
         __tracebackhide__ = True
         problem = problem or self.problem
         raw = self.call_raw(problem, global_seed=global_seed, **extra)
-        return self.check_output(raw, problem, call_line=call_line_for(extra, global_seed=global_seed))
+        return self.check_output(raw, problem)
 
-    def check_output(self, raw: object, problem: Problem, *, call_line: str | None = None,
-                     expect_shape: tuple[int, ...] | None = None, finite: bool = True) -> np.ndarray:
+    def check_output(self, raw: object, problem: Problem, *, expect_shape: tuple[int, ...] | None = None,
+                     finite: bool = True) -> np.ndarray:
         """The output as float64 after checking its type, shape and dtype, and (finite=True) that it is finite
         wherever the oracle is; finite=False leaves non-finite values for the caller to judge."""
         __tracebackhide__ = True
@@ -182,11 +206,11 @@ class Trial:
         try:
             out = checked_array(raw, shape=expect_shape or (b, h, n_q, problem.v.shape[-1]), dtype=self.dtype)
         except CallFailed as failure:
-            self.fail(failure.summary, problem, call_line=call_line)
+            self.fail(failure.summary, problem)
         summary = non_finite_summary(out) if finite else None
         if summary:
             self.oracle(problem)  # rejects inputs on which the baseline formula overflows in this dtype too
-            self.fail(summary, problem, call_line=call_line)
+            self.fail(summary, problem)
         return out.astype(np.float64)
 
     # -- the oracle ---------------------------------------------------------
@@ -204,20 +228,23 @@ class Trial:
 
     # -- verdicts -----------------------------------------------------------
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
-             call_line: str | None = None, script: str | None = None, claim: str | None = None,
+             script: str | None = None, claim: str | None = None,
              observed: dict | None = None) -> NoReturn:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several;
         `observed`: what a property measured itself (a checker's report, a memory growth), which a declared
-        deviation may explain (harness.api.explain.judge_report)."""
+        deviation may explain (harness.api.explain.judge_report). Its repro calls the running @reproducible check
+        again where there is one (harness.api.reproducible), else runs `script` (Python this trial generates from
+        its own comparison methods), else makes this trial's last call and prints its verdict."""
         __tracebackhide__ = True
         summary, observed = perturbed_report(summary, observed or {})
         judge_report(summary, observed)
         problem = problem or self.problem
-        repro = repro_snippet(problem, target=self.variant.impl.target, dtype=self.variant.dtype,
-                              layout=self.layout, causal_alignment=self.variant.capabilities.causal_alignment,
-                              call_line=call_line, script=script, past_range=self.past_range,
-                              tensors=self.variant.capabilities.tensors)
-        fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim)
+        repro = running_check_snippet() or repro_snippet(
+            problem, target=self.variant.impl.target, dtype=self.variant.dtype, layout=self.layout,
+            causal_alignment=self.variant.capabilities.causal_alignment, call_line=self._last_call,
+            script=script, past_range=self.past_range, tensors=self.variant.capabilities.tensors)
+        fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim,
+                      cotangent_seed=self.cotangent_seed)
         violation = PropertyViolation(summary, **fields)
         running = RUNNING.get()
         if running is not None:
@@ -230,8 +257,7 @@ class Trial:
 
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
-                     problem: Problem | None = None, call_line: str | None = None,
-                     script: str | None = None, claim: str | None = None) -> float:
+                     problem: Problem | None = None, script: str | None = None, claim: str | None = None) -> float:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere; else return the
         largest |error| / allowed (the headroom, for evidence)."""
         __tracebackhide__ = True
@@ -240,7 +266,7 @@ class Trial:
             self._target(comparison.ratio, what)
             return comparison.ratio
         self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=comparison.details,
-                  call_line=call_line, script=script, claim=claim)
+                  script=script, claim=claim)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
                          expected_index: tuple = (...,)) -> float:
@@ -289,22 +315,23 @@ class Trial:
         bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
         return got, a * out + b, bound
 
-    def _derived_steps(self, transformed: Problem, helper: str) -> tuple[str, ...]:
+    def _derived_steps(self, transformed: Problem, helper: str) -> tuple[Step, ...]:
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError(f"{helper} needs a problem derived from the trial's own by Problem.derive")
-        transformed.check_code()  # its steps go into the repro script
+        check_code(transformed)  # its steps go into the repro script
         return tuple(extra)
 
-    def _metamorphic_script(self, extra: tuple[str, ...], comparison: str, what: str, versus: str) -> str:
+    def _metamorphic_script(self, extra: tuple[Step, ...], comparison: str, what: str, versus: str) -> str:
         """The repro's lines after the input is rebuilt: the trial on it, the derivation's steps, then the same
         comparison as the property's (`comparison`, a call on the trial), its verdict printed."""
         return "\n".join([
             "from harness.api.trial import Trial",
             "from protocol.registry import Variant",
+            *step_imports(extra),
             f"trial = Trial(Variant(load_impl({self.variant.impl.target!r}), {self.variant.dtype!r}), p, "
             f"layout={self.layout!r}, past_range={self.past_range!r})",
-            *extra,
+            *(step.line() for step in extra),
             f"got, expected, allowance = trial.{comparison}",
             f"print(verdict(got, expected, allowance, what={what!r}, versus={versus!r}))",
         ])
@@ -324,7 +351,7 @@ class Trial:
         __tracebackhide__ = True
         out = self.call(problem)
         oracle, allowance = self.oracle(problem)
-        on_abs = self.call(problem.derive("p = p.replace(v=np.abs(p.v))"))
+        on_abs = self.call(problem.derive(values_of, "abs"))
         own = own_rounding_bound(oracle, *self.exact_inputs(problem), on_abs, dtype=self.dtype)
         return out, allowance, own
 
@@ -357,7 +384,7 @@ def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool
     __tracebackhide__ = True
     trial = Trial(variant, problem, past_range=past_range)
     oracle, allowance = trial.oracle()
-    trial.expect_close(trial.call(**extra), oracle.out, allowance, call_line=call_line_for(extra))
+    trial.expect_close(trial.call(**extra), oracle.out, allowance)
 
 
 def check_out_and_lse_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
@@ -366,27 +393,24 @@ def check_out_and_lse_against_oracle(variant: Variant, problem: Problem, **extra
     sink) and within specs.tolerance.lse_allowance elsewhere; `extra`: keywords the call adds (block sizes)."""
     __tracebackhide__ = True
     trial = Trial(variant, problem)
-    call_line = call_line_for({**extra, "return_lse": True}).replace("out = ", "out, lse = ", 1)
     raw = trial.call_raw(problem, return_lse=True, **extra)
     if not isinstance(raw, tuple) or len(raw) != 2:
-        trial.fail("declared lse=True but return_lse=True did not return (out, lse)", call_line=call_line)
+        trial.fail("declared lse=True but return_lse=True did not return (out, lse)")
     oracle, allowance = trial.oracle()
-    trial.expect_close(trial.check_output(raw[0], problem, call_line=call_line), oracle.out, allowance,
-                       call_line=call_line)
+    trial.expect_close(trial.check_output(raw[0], problem), oracle.out, allowance)
     lse = as_numpy(raw[1])
     if lse is None or lse.shape != oracle.lse.shape:
         trial.fail(f"return_lse=True returned lse of shape {getattr(raw[1], 'shape', None)}, expected "
-                   f"(batch, heads, n_q) = {oracle.lse.shape}", call_line=call_line)
+                   f"(batch, heads, n_q) = {oracle.lse.shape}")
     lse = lse.astype(np.float64)
     infinite = ~np.isfinite(oracle.lse)
     wrong = infinite & (lse != oracle.lse)
     if wrong.any():
         where = tuple(int(i) for i in np.argwhere(wrong)[0])
-        trial.fail("lse differs from the oracle's where that is infinite", call_line=call_line,
+        trial.fail("lse differs from the oracle's where that is infinite",
                    details=(f"lse{list(where)} = {lse[where]!r}, expected {oracle.lse[where]!r}",))
     try:
         bound = lse_allowance(*trial.exact_inputs(), dtype=variant.dtype, oracle=oracle, **trial.oracle_kwargs())
     except ToleranceUndefined:
         reject()  # the naive log-sum-exp overflows in this dtype: the rule has nothing to scale
-    trial.expect_close(np.where(infinite, 0.0, lse), np.where(infinite, 0.0, oracle.lse), bound, what="lse",
-                       call_line=call_line)
+    trial.expect_close(np.where(infinite, 0.0, lse), np.where(infinite, 0.0, oracle.lse), bound, what="lse")

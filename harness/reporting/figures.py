@@ -27,7 +27,8 @@ import numpy as np
 from protocol.registry import Variant
 from specs import examples
 from specs.gradients import attention_backward
-from specs.problems import Problem, rebuild
+from specs.problem_code import rebuild
+from specs.problems import Problem
 from specs.reference import attention, repeat_kv
 
 FOLDER = "figures"
@@ -202,7 +203,6 @@ def _draw_worked_examples(canvas: _Canvas) -> None:
 
 GRADIENT_SUMMARY = re.compile(r"^d[QKV]\b")
 NON_FINITE_SUMMARY = re.compile(r"\b(nan|-?inf|NaN|non-finite)\b")
-GRADIENT_CALL = re.compile(r"^d_out = .*$", re.MULTILINE)  # the line of a gradient property's repro that draws dO
 
 
 @dataclass(frozen=True)
@@ -223,10 +223,12 @@ def _summary(verdict: dict) -> str:
 
 def counterexample_kind(verdict: dict, problem: Problem) -> str:
     """The picture a failure calls for: "gradients" when the backward is what failed (its summary names dQ, dK
-    or dV, or its repro draws dO), "non-finite" when the failure is about NaN or Inf (non-finite inputs, or a
-    summary naming them), else "weights"."""
+    or dV, it recorded the seed of its dO, or its repro calls a backward), "non-finite" when the failure is about
+    NaN or Inf (non-finite inputs, or a summary naming them), else "weights"."""
     summary = _summary(verdict)
-    if GRADIENT_SUMMARY.match(summary) or GRADIENT_CALL.search((verdict.get("counterexample") or {}).get("repro", "")):
+    counterexample = verdict.get("counterexample") or {}
+    if (GRADIENT_SUMMARY.match(summary) or counterexample.get("cotangent_seed") is not None
+            or "backward_of(" in (counterexample.get("repro") or "")):
         return "gradients"
     if NON_FINITE_SUMMARY.search(summary) or not all(np.all(np.isfinite(x)) for x in (problem.q, problem.k,
                                                                                        problem.v)):
@@ -273,19 +275,17 @@ def _non_finite_picture(verdict: dict, variant: Variant, problem: Problem) -> Pi
 
 
 def _gradient_picture(verdict: dict, variant: Variant, problem: Problem) -> Picture | None:
-    """The gradient the summary names (else the one furthest from the oracle's), for dO as the repro draws it."""
+    """The gradient the summary names (else the one furthest from the oracle's), for the dO the property drew (the
+    counterexample's cotangent seed: specs.gradients.drawn_cotangent)."""
     from harness.api.trial import Trial
     from harness.engine.backward import backward_of
 
-    repro = (verdict.get("counterexample") or {}).get("repro", "")
-    line = GRADIENT_CALL.search(repro)
-    if line is None or "d_out, **p.kwargs())" not in repro:
+    seed = (verdict.get("counterexample") or {}).get("cotangent_seed")
+    if seed is None:
         return None  # dO is not drawn as the gradient properties draw it, or the call takes more keywords
     trial = Trial(variant, problem)
     q, k, v = trial.inputs(problem)
-    names = {"np": np, "q": q, "k": k, "v": v}
-    exec(line.group(0), names)  # the report's own repro line that drew dO
-    d_out = names["d_out"]
+    d_out = trial.cotangent(problem, seed)
     got = [g.astype(np.float64) for g in backward_of(variant.impl, q, k, v, d_out, **problem.kwargs())]
     exact = attention_backward(*trial.exact_inputs(problem), d_out.astype(np.float64), **trial.oracle_kwargs(problem))
     differences = [g - e for g, e in zip(got, exact, strict=True)]

@@ -24,11 +24,11 @@ def checked(tmp_path_factory):
 @pytest.mark.parametrize("name", ["missing_sync", "tile_off_by_one", "early_return"])
 def test_a_checkers_report_comes_with_a_repro_of_the_launch(checked, name):
     """Each broken copy meets its rows there (tests/suite_run/test_expectations_caught.py, group "cuda-checkers");
-    the failure's repro runs the kernel's launch itself."""
+    the failure's repro runs the checked launch again."""
     variant = f"{load_impl(f'{BROKEN}:{name}').name}[float32]"
     failed = [v for v in checked.report["verdicts"] if v["impl"] == variant and v["status"] == "fail"]
     assert failed, checked.output[-3000:]
-    assert all("fn.cuda_run(q, k, v" in v["counterexample"]["repro"] for v in failed), failed
+    assert all("run_checked(Trial(" in v["counterexample"]["repro"] for v in failed), failed
 
 
 # broken WMMA copy -> the property on random draws (n <= 48) that passes it, where the tile-edge cases fail it

@@ -8,15 +8,12 @@ at the right claim).
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
-
 import pytest
 
 from harness.reporting.catches import missed
 from specs.catalogue import load_claims
-from tests.fixtures.runs import ROOT, run_suite
+from tests.fixtures.runs import run_suite
+from tests.fixtures.standalone_repro import repro_fails_alike
 from zoo import declared as defective_impls
 from zoo.defects import DEFECTS
 
@@ -82,27 +79,14 @@ def test_float64_impl_with_float32_softmax_is_reported_with_the_rule(defective_r
     assert "worst element out[" in detail and "score rounding" in detail and "(dominant)" in detail
 
 
-@pytest.mark.parametrize("claim, name, replayed", [
-    ("sdpa-formula", "softmax_in_float32", True),  # against the oracle
-    ("permutation-equivariance", "per_block_softmax", True),  # metamorphic: two outputs of one implementation
-    ("causal-mask-zeroes-future", "causal_off_by_one", False),  # exact zeros (a script), or outputs on selected rows
+@pytest.mark.parametrize("claim, name", [
+    ("sdpa-formula", "softmax_in_float32"),  # against the oracle: the verdict printed
+    ("permutation-equivariance", "per_block_softmax"),  # metamorphic: two outputs of one implementation
+    ("causal-mask-zeroes-future", "causal_off_by_one"),  # a check of the property's own, called again
 ])
-def test_repro_snippet_reproduces_the_failure(defective_run, claim, name, replayed):
-    """The repro replays the property's comparison and prints its verdict (FAIL, the worst element, the allowance's
-    terms); a property with a script of its own prints what it compares, beyond what was allowed (`replayed`: the
-    failure must be a replayed comparison)."""
-    repro = defective_run.verdict(claim, _variant(name))["counterexample"]["repro"]
-    detail = defective_run.verdict(claim, _variant(name))["detail"]
-    done = subprocess.run([sys.executable, "-c", repro], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    printed = done.stdout.strip().splitlines()
-    if replayed or printed[0].startswith("FAIL: "):
-        assert printed[0].startswith("FAIL: ") and "(dominant)" in done.stdout, (printed, detail)
-        return
-    shown = float(printed[-1])
-    # the repro shows the failure, not rounding: its difference exceeds what the allowance permitted
-    allowed = re.search(r"> allowed ([0-9.e+-]+)", detail)
-    if allowed is not None:
-        assert shown > float(allowed.group(1)), (shown, detail)
-    else:  # an exact check (a hidden weight that is not 0): any difference is the failure
-        assert shown > 0.0, detail
+def test_repro_snippet_reproduces_the_failure(defective_run, claim, name):
+    """The repro, run on its own, fails with the property's message: it prints the comparison's verdict (FAIL, the
+    worst element, the allowance's terms), or calls the property's check again, which raises the same violation."""
+    verdict = defective_run.verdict(claim, _variant(name))
+    repro_fails_alike(verdict["counterexample"]["repro"], verdict["detail"].splitlines()[0],
+                      verdict["counterexample"]["details"])

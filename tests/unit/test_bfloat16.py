@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from harness.api import PropertyViolation, as_numpy, check_against_oracle, skip_unless_fits
-from properties import test_formula as formula  # the drawn property itself, its search as the suite runs it
 from protocol.registry import Variant, load_impl
 from specs import dtypes, regimes
 from tests.fixtures import precision_variants
+from tests.fixtures.standalone_repro import assert_repro_fails_alike
 
 BFLOAT16_ONLY = {"dtypes": ("bfloat16",), "gqa": False}  # the variants take heads_kv == heads
 
@@ -45,29 +45,19 @@ def _variant(name: str) -> Variant:
 
 
 @pytest.mark.parametrize("name", ["softmax_sum_in_bfloat16", "output_accumulated_in_bfloat16"])
-def test_accumulating_in_bfloat16_fails_the_formula_at_257_keys(name, capsys):
+def test_accumulating_in_bfloat16_fails_the_formula_at_257_keys(name):
     """The formula against the oracle at n = 257 (specs.regimes): a sum in bfloat16 loses every term below
     2^-9 of itself, and the error grows past what the naive formula, summing in float32, gets wrong. The
     failure's repro snippet, run, casts to bfloat16 as the harness did and prints the same failure."""
     with pytest.raises(PropertyViolation, match=r"out differs from the float64 oracle beyond the tolerance") as failure:
         _at_length(_variant(name))
-    exec(failure.value.repro, {})
-    printed = capsys.readouterr().out.splitlines()
+    printed = assert_repro_fails_alike(failure.value).splitlines()
     assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
     assert printed[1:] == list(failure.value.details)
 
 
-def test_serial_bfloat16_sum_fails_the_drawn_formula_property():
-    """The Hypothesis property itself (problems up to 130 keys, the active profile) finds the serial sum."""
-    with pytest.raises(PropertyViolation) as failure:
-        formula.test_output_matches_oracle(variant=_variant("softmax_sum_in_bfloat16"))
-    assert "2 x naive bfloat16 error of the row" in failure.value.message()
-
-
-def test_float32_inside_bfloat16_storage_passes_the_formula():
-    variant = _variant("float32_inside")
-    formula.test_output_matches_oracle(variant=variant)
-    _at_length(variant)
+def test_float32_inside_bfloat16_storage_passes_the_formula_at_length():
+    _at_length(_variant("float32_inside"))
 
 
 def test_torch_and_numpy_exchange_bfloat16_bit_for_bit():

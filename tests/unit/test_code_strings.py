@@ -1,7 +1,8 @@
 """Where code kept in strings is run: every call of the builtins exec, eval and compile in the project's Python,
 found from the syntax trees (ruff's S102 and S307 see exec and eval only, with the same files excepted in
-pyproject's per-file-ignores). The seeds' code, run as written, is the one place code belongs in strings; the rest
-are listed with what replaces them, and the list must shrink, never grow."""
+pyproject's per-file-ignores). The seeds' code, run as written, is the one place code belongs in strings: problems
+are built by step functions (specs.derivations), repro snippets call the check a property ran
+(harness.api.reproducible) and are run by a fresh interpreter in the tests."""
 
 from __future__ import annotations
 
@@ -15,16 +16,6 @@ SEEDS_AS_WRITTEN = {
     "properties/head_checks.py": {"exec", "compile"},  # seed 001's split and merge as written
     "properties/test_heads.py": {"exec", "compile"},  # seed 001's multi-head pseudo-code as written
     "properties/seed_code_checks.py": {"exec"},  # seed 000's three lines as written
-}
-STILL_TO_GO = {
-    "specs/problems.py": {"exec"},  # derive steps: problems built by functions instead
-    "specs/keyword_edges.py": {"eval"},  # an edge's value from its code: gone with the derive steps
-    "harness/reporting/figures.py": {"exec"},  # the repro's d_out line: the draw recorded as data instead
-    # tests that run a repro snippet as a user pastes it (in-process), or plant a module's source
-    "tests/unit/test_bfloat16.py": {"exec"},
-    "tests/unit/test_derivations.py": {"exec"},
-    "tests/unit/test_failure_reading_repro.py": {"exec"},
-    "tests/unit/test_tolerance_package.py": {"exec"},
 }
 BUILTINS = {"exec", "eval", "compile"}
 
@@ -44,7 +35,7 @@ def test_code_in_strings_runs_only_where_listed():
             calls = code_string_calls(path.read_text(encoding="utf-8"))
             if calls:
                 found[name] = calls
-    assert found == {**SEEDS_AS_WRITTEN, **STILL_TO_GO}
+    assert found == SEEDS_AS_WRITTEN
 
 
 def test_the_scan_tells_the_builtins_from_methods_of_the_same_name():

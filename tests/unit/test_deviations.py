@@ -21,9 +21,10 @@ from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, ExplainedStop, deviation_mode
 from protocol.expectation_rows import Expectation
 from protocol.registry import Variant, load_impl
+from specs.derivations import entries_set, with_arrays, with_keywords, with_mask_entries
 from specs.deviations import CATALOGUE, Call, DeviationError, deviation_from_fields
 from specs.gradients import attention_backward
-from specs.problems import Problem, build
+from specs.problems import Problem, build, problem_step
 from specs.reference import attention
 from tests.fixtures.deviation_impls import LARGE_NEGATIVE
 from tests.fixtures.runs import ROOT
@@ -64,13 +65,43 @@ def _shifted(index: tuple, by: float = 1.0):
 
 def _hiding(problem: Problem, rows: list[int], keys: list[int] | None = None) -> Problem:
     """The problem with a mask: `rows` see no key; the other rows see every key but `keys`."""
-    return problem.derive(f"m = np.ones(p.q.shape[:3] + (p.n_k,), dtype=bool); m[..., {keys or []}] = False; "
-                          f"m[:, :, {rows}, :] = False; p = p.replace(mask=m)")
+    return problem.derive(with_mask_entries, (None, None, None, keys or []), False).derive(
+        with_mask_entries, (None, None, rows), False)
 
 
 def _poisoned(problem: Problem, *, keys=(), values=()) -> Problem:
-    steps = [f"k[{index}] = np.nan" for index in keys] + [f"v[{index}] = np.nan" for index in values]
-    return problem.derive(f"k, v = p.k.copy(), p.v.copy(); {'; '.join(steps)}; p = p.replace(k=k, v=v)")
+    for tensor, indices in (("k", keys), ("v", values)):
+        for index in indices:
+            problem = problem.derive(entries_set, tensor, index, float("nan"))
+    return problem
+
+
+@problem_step
+def row_zero_sees_one_minus_inf_score(p: Problem) -> Problem:
+    """Row 0 sees key 0 alone, whose score is -inf (q_0 > 0 against k_0 = (-inf, 0, ...)); the other rows see every
+    key but key 0."""
+    mask = np.zeros(p.q.shape[:3] + (p.n_k,), dtype=bool)
+    mask[..., 1:, 1:] = True
+    mask[..., 0, 0] = True
+    q, k = p.q.copy(), p.k.copy()
+    q[..., 0] = np.abs(q[..., 0]) + 0.5
+    k[:, :, 0] = 0.0
+    k[:, :, 0, 0] = -np.inf
+    return p.replace(q=q, k=k, mask=mask)
+
+
+@problem_step
+def bias_hiding(p: Problem, index: tuple) -> Problem:
+    """A bias of zeros (batch, heads, n_q, n_k) with -inf at `index` (ints, lists, None for a whole axis)."""
+    bias = np.zeros(p.q.shape[:3] + (p.n_k,))
+    bias[tuple(slice(None) if i is None else i for i in index)] = -np.inf
+    return p.replace(bias=bias)
+
+
+@problem_step
+def values_lengthened(p: Problem, pieces: list) -> Problem:
+    """Values longer than the keys: after them, for each (rows, a, b) of `pieces`, a v[:rows] + b."""
+    return p.replace(v=np.concatenate([p.v, *(a * p.v[:, :, :rows] + b for rows, a, b in pieces)], axis=2))
 
 
 IGNORED_WINDOW = {"deviation": "ignores-keyword", "keyword": "window_size"}
@@ -82,16 +113,14 @@ CASES = {
     # row 0 sees key 0 alone, whose -inf scores it -inf: the oracle's row is 0, the eager mask's the mean of the rest
     "keyless-row-mean where every visible score is -inf": (
         "keyless_row_mean_added", {"deviation": "keyless-row-mean"},
-        BASE.derive("m = np.zeros(p.q.shape[:3] + (p.n_k,), dtype=bool); m[..., 1:, 1:] = True; m[..., 0, 0] = True; "
-                    "q = p.q.copy(); q[..., 0] = np.abs(q[..., 0]) + 0.5; k = p.k.copy(); k[:, :, 0] = 0.0; "
-                    "k[:, :, 0, 0] = -np.inf; p = p.replace(q=q, k=k, mask=m)"), "float64", {}, (0, 0, 1, 0)),
+        BASE.derive(row_zero_sees_one_minus_inf_score), "float64", {}, (0, 0, 1, 0)),
     "keyless-row-mean replaced": ("keyless_row_mean_replaced",
                                   {"deviation": "keyless-row-mean", "masked_scores": "replaced"},
                                   _hiding(BASE, [1]), "float64", {}, (1, 1, 2, 2)),
     # no mask: a -inf bias hides every key of row 0, which nothing replaces: NaN (not the mean)
     "keyless-row-mean replaced under a -inf bias": (
         "keyless_row_mean_replaced", {"deviation": "keyless-row-mean", "masked_scores": "replaced"},
-        BASE.derive("b = np.zeros(p.q.shape[:3] + (p.n_k,)); b[..., 0, :] = -np.inf; p = p.replace(bias=b)"),
+        BASE.derive(bias_hiding, (None, None, 0)),
         "float64", {}, (0, 0, 1, 0)),
     # a poisoned call: row 0 sees no key and is the mean of the values, the rows that see key 5's NaN are NaN
     "keyless-row-mean replaced beside a poison": (
@@ -117,11 +146,10 @@ CASES = {
     # jax.nn's order: the mask selects, the bias is added; key 5 hidden by a -inf bias alone, NaN in batch 0
     "hidden-nonfinite-reaches-rows through bias": ("bias_added_mask_selected",
                                                    {"deviation": "hidden-nonfinite-reaches-rows", "through": ["bias"]},
-                                                   _poisoned(BASE.derive("b = np.zeros(p.q.shape[:3] + (p.n_k,)); "
-                                                                         "b[..., 5] = -np.inf; p = p.replace(bias=b)"),
+                                                   _poisoned(BASE.derive(bias_hiding, (None, None, None, 5)),
                                                              keys=[(0, 1, 5)]), "float64", {}, (1, 0, 0, 0)),
     "infinite-sink-row-nan": ("sink_max_guarded", {"deviation": "infinite-sink-row-nan"},
-                              BASE.derive("p = p.replace(sinks=np.array([np.inf, 0.5]))"), "float64", {},
+                              BASE.derive(with_arrays, sinks=[float("inf"), 0.5]), "float64", {},
                               (0, 1, 0, 0)),
     "projections-spread-nonfinite": ("projections_spread", {"deviation": "projections-spread-nonfinite",
                                                             "then": ["values"]},
@@ -130,28 +158,30 @@ CASES = {
                            _poisoned(BASE, keys=[(1, 0, 3)]), "float64", {}, (0, 0, 2, 1)),
     # every row's window (1, 1) hides a key the implementation weighs all the same
     "ignores-keyword": ("window_ignored", IGNORED_WINDOW,
-                        BASE.derive("p = p.replace(window_size=(1, 1))"), "float64", {}, None),
+                        BASE.derive(with_keywords, window_size=(1, 1)), "float64", {}, None),
     # the window hides key 5 of every row, and batch 0's kv head 1 holds a NaN there: ignored, the NaN reaches
     "ignores-keyword beside a hidden NaN": ("window_ignored", IGNORED_WINDOW,
-                                            _poisoned(BASE.derive("p = p.replace(window_size=(1, 1))"),
+                                            _poisoned(BASE.derive(with_keywords, window_size=(1, 1)),
                                                       keys=[(0, 1, 5)]), "float64", {}, None),
     "float32-softmax": ("float32_softmax", {"deviation": "float32-softmax"}, BASE, "float64", {}, None),
     # the first block (keys 0, 1) holds values of 1e4 and a share of e^-12: merged first, its running output cancels
     # against the second block's, at 1e4's rounding (6e-4), far past float32's merge term
     "merge-rounds-at-partial-size": ("sigmoid_merge", {"deviation": "merge-rounds-at-partial-size", "merges": 2},
                                      build(n_q=2, n_k=4, d=2, d_v=2, seed=3).derive(
-                                         "k = p.k.copy(); k[..., :2, :] = 0.0; k[..., 2:, :] = 2.0; v = p.v.copy(); "
-                                         "v[..., :2, :] = 1e4; p = p.replace(q=np.full_like(p.q, 3.0), k=k, v=v, "
-                                         "scale=1.0)"), "float32", {}, None),
+                                         entries_set, "k", (None, None, [0, 1]), 0.0).derive(
+                                         entries_set, "k", (None, None, [2, 3]), 2.0).derive(
+                                         entries_set, "v", (None, None, [0, 1]), 1e4).derive(
+                                         entries_set, "q", (), 3.0).derive(with_keywords, scale=1.0),
+                                     "float32", {}, None),
     "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
     # a scale bfloat16 cannot hold (303 / 64 needs 9 bits): rounded to the dtype, it would move every score
     "scores-rounded-before-softmax": ("scores_rounded_in_half_precision",
                                       {"deviation": "scores-rounded-before-softmax"},
-                                      build(heads=3, n_q=7, n_k=7, d=2, d_v=2).derive("p = p.replace(scale=4.734375)"),
+                                      build(heads=3, n_q=7, n_k=7, d=2, d_v=2).derive(with_keywords, scale=4.734375),
                                       "bfloat16", {}, None),
     "scores-rounded-before-softmax, the maximum subtracted in the dtype": (
         "max_subtracted_in_half_precision", {"deviation": "scores-rounded-before-softmax", "max_subtracted": "dtype"},
-        build(heads=3, n_q=7, n_k=7, d=2, d_v=2, seed=4).derive("p = p.replace(scale=4.734375)"),
+        build(heads=3, n_q=7, n_k=7, d=2, d_v=2, seed=4).derive(with_keywords, scale=4.734375),
         "bfloat16", {}, None),
 }
 
@@ -182,7 +212,8 @@ def test_a_row_the_model_changes_is_explained_whole_where_an_element_equals_the_
     """Values whose column 0 sums to 0 over the keys: the keyless row's mean is exactly 0 there, as the oracle's row
     is, while float32's weights of 1/6 leave a rounding. That element is the model's all the same: judged within its
     allowance and seen as the oracle's 0 (a property asking a keyless row for exactly 0 sees 0), one off it refused."""
-    problem = _hiding(BASE, [0]).derive("v = p.v.copy(); v[..., 0] = [5, 0, 2, -1, 2, -8]; p = p.replace(v=v)")
+    problem = _hiding(BASE, [0]).derive(entries_set, "v", (None, None, None, 0),
+                                                [5.0, 0.0, 2.0, -1.0, 2.0, -8.0])
     fields = {"deviation": "keyless-row-mean"}
     variant = _variant("keyless_row_mean_added", "float32")
     assert np.all(np.asarray(Trial(variant, problem).call_raw(problem))[:, :, 0, 0] != 0)
@@ -225,7 +256,7 @@ def test_two_ignored_keywords_compose_and_one_declared_alone_does_not_explain_th
     """A call with a window and a cap, both ignored: each row alone models attention with the other keyword still
     read, so only the two declared together explain the output (attention with neither), and one element off is
     refused."""
-    problem = BASE.derive("p = p.replace(window_size=(1, 1), softcap=0.5)")
+    problem = BASE.derive(with_keywords, window_size=(1, 1), softcap=0.5)
     rows = [{"deviation": "ignores-keyword", "keyword": keyword} for keyword in ("window_size", "softcap")]
     variant = _variant("window_and_softcap_ignored", "float64")
     with deviation_mode(_run(variant, *rows)) as run:
@@ -243,19 +274,17 @@ def test_two_ignored_keywords_compose_and_one_declared_alone_does_not_explain_th
 
 LSE_CASES = {
     "keyless-lse-finite": ("keyless_lse_finite", {"deviation": "keyless-lse-finite", "fill": LARGE_NEGATIVE},
-                           _hiding(BASE, [0, 2]), ""),
-    "keyless-lse-plus-inf": ("flash_conventions", {"deviation": "keyless-lse-plus-inf"}, _hiding(BASE, [1]), ""),
-    "keyless-lse-zero": ("keyless_lse_zero", {"deviation": "keyless-lse-zero"}, _hiding(BASE, [1, 3]), ""),
-    "causal-alibi-lse-shift": ("flash_conventions", {"deviation": "causal-alibi-lse-shift"}, BASE,
-                               "p = p.replace(causal=True, alibi_slopes=np.array([0.5, 0.25]))"),
+                           _hiding(BASE, [0, 2])),
+    "keyless-lse-plus-inf": ("flash_conventions", {"deviation": "keyless-lse-plus-inf"}, _hiding(BASE, [1])),
+    "keyless-lse-zero": ("keyless_lse_zero", {"deviation": "keyless-lse-zero"}, _hiding(BASE, [1, 3])),
+    "causal-alibi-lse-shift": ("flash_conventions", {"deviation": "causal-alibi-lse-shift"},
+                               BASE.derive(with_keywords, causal=True).derive(with_arrays, alibi_slopes=[0.5, 0.25])),
 }
 
 
 @pytest.mark.parametrize("case", sorted(LSE_CASES))
 def test_a_log_sum_exp_deviation_explains_its_convention_and_refuses_another(case):
-    name, fields, problem, keywords = LSE_CASES[case]
-    if keywords:
-        problem = problem.derive(keywords)
+    name, fields, problem = LSE_CASES[case]
     variant = _variant(name, "float64")
     run = _run(variant, fields)
     trial = Trial(variant, problem)
@@ -280,7 +309,7 @@ def test_a_log_sum_exp_deviation_explains_its_convention_and_refuses_another(cas
 
 
 def test_rejects_explains_its_error_and_no_other():
-    problem = BASE.derive("p = p.replace(scale=np.asarray(0.5))")
+    problem = BASE.derive(with_keywords, scale=np.array(0.5))
     variant = _variant("scale_must_be_float", "float64")
     fields = {"deviation": "rejects", "raises": "TypeError", "match": r"'scale' must be float"}
     run = _run(variant, fields)
@@ -293,13 +322,13 @@ def test_rejects_explains_its_error_and_no_other():
 
 
 READINGS = {  # reads: (the fixture that reads v longer than k so, the problem, the readings it is not)
-    "keys-past-the-end-read-as-zeros": ("keys_past_the_end_zero", BASE.derive(
-        "p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2] * 3], axis=2))"), ["values-past-the-keys-ignored"]),
-    "keys-past-the-end-undefined": ("keys_past_the_end_read_from_anywhere", BASE.derive(
-        "p = p.replace(v=np.concatenate([p.v, p.v[:, :, :2]], axis=2))"), []),
+    "keys-past-the-end-read-as-zeros": ("keys_past_the_end_zero",
+        BASE.derive(values_lengthened, [(2, 3.0, 0.0)]), ["values-past-the-keys-ignored"]),
+    "keys-past-the-end-undefined": ("keys_past_the_end_read_from_anywhere",
+        BASE.derive(values_lengthened, [(2, 1.0, 0.0)]), []),
     # the mean, the first value: not the sum
     "one-key-weight-summed-over-values": ("one_key_weight_summed", build(heads=2, n_q=3, n_k=1, d=4, seed=3).derive(
-        "p = p.replace(v=np.concatenate([p.v, p.v * 2 + 1, p.v - 3], axis=2))"),
+        values_lengthened, [(1, 2.0, 1.0), (1, 1.0, -3.0)]),
         ["length-one-keys-broadcast", "values-past-the-keys-ignored"]),
 }
 
@@ -412,9 +441,9 @@ def test_padded_keys_weight_overflow_predicts_the_rows_whose_dq_is_nan_and_refus
     weighs exp(-lse), infinite for row 0 only. Its dQ NaN is explained; a NaN in row 1 too is refused; a causal call,
     or 32 keys (no padding), predict nothing. In float16, dS = exp(-lse) D overflows from 65520: one query at lse
     -10.5 with D = 16 is predicted, with D = 1 not."""
-    problem = build(n_q=2, n_k=3, d=2, d_v=2, seed=1).derive(
-        "q = p.q.copy(); q[..., 0, :] = [95.0, 0.0]; k = p.k.copy(); k[..., 0] = -1.0; k[..., 1] = 0.0; "
-        "p = p.replace(q=q, k=k, scale=1.0)")
+    problem = build(n_q=2, n_k=3, d=2, d_v=2, seed=1).derive(entries_set, "q", (None, None, 0), [95.0, 0.0]).derive(
+        entries_set, "k", (None, None, None, 0), -1.0).derive(entries_set, "k", (None, None, None, 1), 0.0).derive(
+        with_keywords, scale=1.0)
     d_out = np.ones(problem.q.shape[:3] + (problem.v.shape[-1],))
     fields = {"deviation": "padded-keys-weight-overflow", "block_n": 32}
     deviation = deviation_from_fields("padded-keys-weight-overflow", {"block_n": 32}, "test")
@@ -425,11 +454,11 @@ def test_padded_keys_weight_overflow_predicts_the_rows_whose_dq_is_nan_and_refus
 
     assert predicted(problem)["dq"][0, 0, :, 0].tolist() == [True, False]
     assert predicted(problem, causal=True) == {}
-    wide = build(n_k=32, d=2, d_v=2).derive("q = p.q * 0 - 95; k = p.k * 0 + 1; p = p.replace(q=q, k=k)")
+    wide = build(n_k=32, d=2, d_v=2).derive(entries_set, "q", (), -95.0).derive(entries_set, "k", (), 1.0)
     assert predicted(wide, cotangent=np.ones(wide.q.shape[:3] + (2,))) == {}
     for value, nan in ((1.0, True), (1 / 16, False)):  # D = 16 value: -lse + ln D = 13.3 or 10.5 against 11.09
-        one = build(n_q=1, n_k=1, d=16, d_v=16).derive(
-            f"q = p.q * 0 - 2.625; k = p.k * 0 + 1; v = p.v * 0 + {value}; p = p.replace(q=q, k=k, v=v)")
+        one = build(n_q=1, n_k=1, d=16, d_v=16).derive(entries_set, "q", (), -2.625).derive(
+            entries_set, "k", (), 1.0).derive(entries_set, "v", (), value)
         assert bool(predicted(one, "float16", cotangent=np.ones((1, 1, 1, 16)))) == nan, value
     variant = _variant("reference", "float64")
     trial = Trial(variant, problem)
@@ -449,9 +478,9 @@ def test_a_deviation_predicts_for_the_call_as_the_others_read_it():
     """The window hides key 1 from the only row, whose one visible score is -95 (lse -95: padded keys would make dQ
     NaN); the implementation ignores the window, so the row also sees key 1's score 0 (lse about 0) and its dQ is
     finite. padded-keys-weight-overflow predicts for the call without the window: no NaN, the gradients explained."""
-    problem = build(n_q=1, n_k=2, d=2, d_v=2, seed=3).derive(
-        "q = p.q.copy(); q[...] = [95.0, 0.0]; k = p.k.copy(); k[..., 0, :] = [-1.0, 0.0]; k[..., 1, :] = 0.0; "
-        "p = p.replace(q=q, k=k, scale=1.0, window_size=(0, 0))")
+    problem = build(n_q=1, n_k=2, d=2, d_v=2, seed=3).derive(entries_set, "q", (), [95.0, 0.0]).derive(
+        entries_set, "k", (None, None, 0), [-1.0, 0.0]).derive(entries_set, "k", (None, None, 1), 0.0).derive(
+        with_keywords, scale=1.0, window_size=(0, 0))
     variant = _variant("window_ignored", "float64")
     trial = Trial(variant, problem)
     d_out = np.ones(problem.q.shape[:3] + (problem.v.shape[-1],))

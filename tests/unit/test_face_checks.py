@@ -12,6 +12,7 @@ from harness.api.evidence import PropertyViolation
 from harness.api.trial import Trial
 from properties.face_checks import check_sequence, source_problems
 from protocol.registry import Variant, load_impl
+from specs.derivations import with_arrays
 from specs.problems import build
 from specs.reference import attention
 
@@ -20,7 +21,7 @@ REFERENCE = "impls.numpy.numpy_reference:reference_attention"
 
 def _sequence(sink: float):
     """A float16 trial whose sinks are `sink`, its exact inputs and the oracle's output and log-sum-exp."""
-    problem = build(heads=2, n_q=3, n_k=4, d=4, d_v=4, seed=5).derive(f"p = p.replace(sinks=np.full(2, {sink!r}))")
+    problem = build(heads=2, n_q=3, n_k=4, d=4, d_v=4, seed=5).derive(with_arrays, sinks=[sink, sink])
     trial = Trial(Variant(load_impl(REFERENCE), "float16"), problem)
     exact = trial.exact_inputs()
     oracle = attention(*exact, **trial.oracle_kwargs(problem))

@@ -9,18 +9,22 @@ import pytest
 
 from harness.api.evidence import PropertyViolation
 from harness.api.observe import observe_weights
-from harness.api.trial import Trial
+from harness.api.trial import Trial, check_against_oracle
 from harness.engine.backward import backward_of
 from harness.reporting.figures import counterexample_kind, counterexample_picture, draw_figures, expected_non_finite
-from properties import test_formula, test_gradients, test_poisoning
+from properties.gradient_checks import check_gradients
+from properties.poisons import check_visible_nan
 from protocol.registry import Variant, load_impl
+from specs.derivations import entries_set
 from specs.gradients import attention_backward
-from specs.problems import build, rebuild
+from specs.problem_code import rebuild
+from specs.problems import build
 from specs.reference import attention
 
 pytest.importorskip("matplotlib", reason="the report's pictures are drawn with matplotlib")
 
 HERE = "tests.unit.test_failure_reading_figures"
+GRADIENT_PROBLEM = build(n_q=3, n_k=4, d=4, d_v=2, seed=6)
 
 
 def nan_swallowed(q, k, v, *, scale=None, causal=False, mask=None):
@@ -53,18 +57,19 @@ def _variant(name: str) -> Variant:
     return Variant(load_impl(target), "float64")
 
 
-def _failing_verdict(prop, variant: Variant, claim: str) -> dict:
-    """Run the property in process; its smallest failure as report.json's verdict."""
+def _failing_verdict(check, variant: Variant, claim: str) -> dict:
+    """Run the property's check in process; its failure as report.json's verdict."""
     with pytest.raises(PropertyViolation) as failure:
-        prop(variant=variant)
+        check(variant)
     return {"claim": claim, "impl": variant.name, "status": "fail", "detail": failure.value.message(),
             "counterexample": failure.value.counterexample()}
 
 
 def test_a_nan_failure_shows_the_output_s_non_finite_pattern_against_exact_arithmetic_s():
     variant = _variant("nan_swallowed")
-    verdict = _failing_verdict(test_poisoning.test_visible_nan_reaches_exactly_the_rows_that_see_it, variant,
-                               "visible-nan-propagates")
+    poisoned_key = 1
+    verdict = _failing_verdict(lambda v: check_visible_nan(v, build(n_q=3, n_k=4, d=2, d_v=3, seed=4), poisoned_key,
+                                                           None), variant, "visible-nan-propagates")
     problem = rebuild(verdict["counterexample"]["problem"])
     assert counterexample_kind(verdict, problem) == "non-finite"
     picture = counterexample_picture(verdict, variant)
@@ -79,7 +84,7 @@ def test_a_nan_failure_shows_the_output_s_non_finite_pattern_against_exact_arith
 
 def test_exact_arithmetic_s_non_finite_pattern_follows_what_each_element_reads():
     problem = build(n_q=3, n_k=4, d=2, d_v=3, seed=1, causal=True).derive(
-        "v = p.v.copy(); v[:, :, 2, 1] = np.nan; k = p.k.copy(); k[:, :, 3] = np.inf; p = p.replace(k=k, v=v)")
+        entries_set, "v", (None, None, 2, 1), float("nan")).derive(entries_set, "k", (None, None, 3), float("inf"))
     allowed = attention(problem.q, problem.k, problem.v, **problem.kwargs(), finite=False).allowed
     pattern = expected_non_finite(problem, allowed)[0, 0]
     # causal: row 2 is the first to see key 2 (its value column 1 only); nobody sees key 3
@@ -88,14 +93,16 @@ def test_exact_arithmetic_s_non_finite_pattern_follows_what_each_element_reads()
 
 def test_a_gradient_failure_shows_the_gradient_it_got_wrong():
     variant = _variant("dq_doubled")
-    verdict = _failing_verdict(test_gradients.test_gradients_match_the_oracle_backward, variant,
+    verdict = _failing_verdict(lambda variant: check_gradients(Trial(variant, GRADIENT_PROBLEM), GRADIENT_PROBLEM,
+                                                               seed=GRADIENT_PROBLEM.recipe.seed, extra={}), variant,
                                "differentiable-end-to-end")
     problem = rebuild(verdict["counterexample"]["problem"])
     assert verdict["detail"].startswith("dQ ") and counterexample_kind(verdict, problem) == "gradients"
     picture = counterexample_picture(verdict, variant)
     oracle, got, difference = picture.panels.values()
     assert next(iter(picture.panels)) == "dQ, float64 oracle"
-    seed = problem.recipe.seed  # the property draws dO from the problem's seed
+    seed = problem.recipe.seed  # the property draws dO from the problem's seed, and the failure records it
+    assert verdict["counterexample"]["cotangent_seed"] == seed
     d_out = np.random.default_rng(seed).standard_normal(problem.q.shape[:3] + (problem.v.shape[-1],))
     exact = attention_backward(problem.q, problem.k, problem.v, d_out, **problem.kwargs())[0][picture.head]
     assert np.array_equal(oracle, exact)
@@ -106,7 +113,8 @@ def test_a_gradient_failure_shows_the_gradient_it_got_wrong():
 
 def test_a_weight_error_shows_the_weights():
     variant = _variant("scale_doubled")
-    verdict = _failing_verdict(test_formula.test_output_matches_oracle, variant, "sdpa-formula")
+    verdict = _failing_verdict(lambda variant: check_against_oracle(variant, build(n_q=3, n_k=4, d=4, seed=2)), variant,
+                               "sdpa-formula")
     problem = rebuild(verdict["counterexample"]["problem"])
     assert counterexample_kind(verdict, problem) == "weights"
     picture = counterexample_picture(verdict, variant)

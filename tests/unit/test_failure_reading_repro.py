@@ -10,40 +10,45 @@ import pytest
 from harness.api.evidence import PropertyViolation
 from harness.api.repro import imports_used, repro_snippet, verdict
 from harness.api.trial import Trial, check_against_oracle
-from properties import test_masking, test_regimes, test_symmetry
+from properties.call_checks import check_calls_on_a_b_a
 from properties.gradient_checks import GRADIENT_DROPOUT_P, check_gradients
+from properties.masking_checks import check_empty_rows_zero
 from protocol.registry import Variant, load_impl
 from specs import regimes
+from specs.derivations import positions_taken, with_mask_entries
 from specs.dropout_mask import keep_mask
 from specs.gradients import attention_backward
 from specs.problems import build
 from specs.reference import attention
 from specs.tolerance import Allowance
+from tests.fixtures.standalone_repro import assert_repro_fails_alike, run_standalone
 
 WRONG = "tests/fixtures/report_impls.py:keys_reversed"
 RIGHT = "impls.numpy.numpy_reference:reference_attention"
 
 
-def _printed(snippet: str, capsys) -> list[str]:
-    exec(snippet, {})
-    return capsys.readouterr().out.splitlines()
+def _printed(snippet: str) -> list[str]:
+    """What the snippet prints, run on its own in a fresh Python (it must not fail)."""
+    done = run_standalone(snippet)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.splitlines()
 
 
-def test_the_repro_of_a_failure_prints_fail_with_the_failure_s_worst_element_and_terms(capsys):
+def test_the_repro_of_a_failure_prints_fail_with_the_failure_s_worst_element_and_terms():
     with pytest.raises(PropertyViolation) as failure:
         check_against_oracle(Variant(load_impl(WRONG), "float64"), build(n_q=3, n_k=4, d=2, d_v=2, seed=5))
-    printed = _printed(failure.value.repro, capsys)
+    printed = _printed(failure.value.repro)
     assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
     assert printed[1:] == list(failure.value.details)  # the same worst element, count and terms
     assert printed[1].startswith("worst element out[") and "(dominant)" in printed[3]
 
 
-def test_the_repro_of_an_input_the_implementation_gets_right_prints_pass(capsys):
+def test_the_repro_of_an_input_the_implementation_gets_right_prints_pass():
     problem = build(n_q=3, n_k=4, d=2, d_v=2, seed=5)
     for target, first in ((RIGHT, "PASS: out is within the tolerance of the float64 oracle"), (WRONG, "FAIL: ")):
         snippet = repro_snippet(problem, target=target, dtype="float64", layout="contiguous",
                                 causal_alignment="top_left")
-        assert _printed(snippet, capsys)[0].startswith(first), target
+        assert _printed(snippet)[0].startswith(first), target
 
 
 def torch_keys_reversed(q, k, v, *, scale=None):
@@ -57,7 +62,7 @@ def torch_keys_reversed(q, k, v, *, scale=None):
 torch_keys_reversed.attention_capabilities = {"tensors": "torch", "differentiable": False}
 
 
-def test_the_repro_of_a_torch_implementation_hands_it_tensors_and_prints_fail(capsys):
+def test_the_repro_of_a_torch_implementation_hands_it_tensors_and_prints_fail():
     """An implementation that takes torch tensors gets them in its repro as the suite gave them (numpy_facing), so
     the snippet runs to the same FAIL instead of raising on a NumPy input."""
     pytest.importorskip("torch")
@@ -65,7 +70,7 @@ def test_the_repro_of_a_torch_implementation_hands_it_tensors_and_prints_fail(ca
         check_against_oracle(Variant(load_impl(f"{__name__}:torch_keys_reversed"), "float64"),
                              build(n_q=3, n_k=4, d=2, d_v=2, seed=5))
     assert "fn = numpy_facing(load_impl(" in failure.value.repro
-    printed = _printed(failure.value.repro, capsys)
+    printed = _printed(failure.value.repro)
     assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
     assert printed[1:] == list(failure.value.details)
 
@@ -99,7 +104,7 @@ def test_a_call_that_computes_something_else_ends_the_snippet():
     snippet = repro_snippet(build(n_q=2, n_k=3, seed=1), target=RIGHT, dtype="float64", layout="contiguous",
                             causal_alignment="top_left", call_line="dq = fn(q, k, v, **p.kwargs())")
     assert snippet.endswith("dq = fn(q, k, v, **p.kwargs())") and "verdict(" not in snippet.splitlines()[-1]
-    exec(snippet, {})
+    _printed(snippet)
 
 
 def _keep(q, k, dropout_p, dropout_seed):
@@ -122,44 +127,51 @@ reference_with_dq_doubled.attention_backward = _dq_doubled_backward
 
 
 @pytest.mark.parametrize("dropout", [False, True])
-def test_a_gradient_failure_s_repro_prints_each_gradient_s_verdict(capsys, dropout):
-    """The gradient property's repro runs the backward on the same d_out and prints the verdict of dQ, dK and dV
-    against the oracle's backward (with the dropout mask the seed decides): dQ fails, as in the property."""
+def test_a_gradient_failure_s_repro_calls_the_same_check_again(dropout):
+    """The gradient check's repro calls check_gradients again on the same trial, problem, d_out seed and keywords
+    (the dropout's seed among them), and fails as it did: dQ, with the same worst element and terms."""
     variant = Variant(load_impl(f"{__name__}:reference_with_dq_doubled"), "float64")
     problem = build(n_q=5, n_k=7, d=4, d_v=3, seed=2)
     extra = {"dropout_p": GRADIENT_DROPOUT_P, "dropout_seed": 11} if dropout else {}
     with pytest.raises(PropertyViolation) as failure:
         check_gradients(Trial(variant, problem), problem, seed=3, extra=extra)
     assert failure.value.summary.startswith("dQ differs from the float64 oracle's backward")
-    printed = _printed(failure.value.repro, capsys)
-    verdicts = [line for line in printed if line.startswith(("PASS", "FAIL"))]
-    assert [line.split(":")[0] for line in verdicts] == ["FAIL", "PASS", "PASS"], printed
-    assert verdicts[0].startswith("FAIL: dQ differs from the float64 oracle's backward beyond the tolerance")
-    assert printed[1:1 + len(failure.value.details)] == list(failure.value.details)  # the property's worst element
+    assert failure.value.repro.splitlines()[-1] == (
+        f"check_gradients(Trial(Variant(load_impl('{__name__}:reference_with_dq_doubled'), 'float64'), problem_1, "
+        f"layout='contiguous', past_range=False), problem_1, seed=3, extra={extra!r})")
+    assert_repro_fails_alike(failure.value)
 
 
-def test_a_metamorphic_failure_s_repro_replays_the_same_comparison(capsys):
+def test_a_metamorphic_failure_s_repro_replays_the_same_comparison():
     """A metamorphic property's repro (Trial.expect_unchanged) rebuilds the input, derives the transformed one by
     the same steps and prints the verdict of the same comparison: the property's worst element and terms."""
     variant = Variant(load_impl("zoo/declared.py:per_block_softmax"), "float64")
+    problem = build(n_q=3, n_k=20, d=4, d_v=3, seed=1)  # two key blocks of 16, each normalised alone
+    moved = problem.derive(positions_taken, keys=list(range(19, -1, -1)))
     with pytest.raises(PropertyViolation) as failure:
-        test_symmetry.test_permuting_keys_with_values_changes_nothing(variant=variant)
-    printed = _printed(failure.value.repro, capsys)
+        Trial(variant, problem).expect_unchanged(moved, what="out(k, v permuted together)", versus="out")
+    printed = _printed(failure.value.repro)
     assert printed[0] == f"FAIL: {failure.value.summary}"
     assert printed[1:] == list(failure.value.details)
 
 
+EMPTIED = build(batch=2, heads=2, n_q=4, n_k=5, d=4, d_v=3, seed=3, mask_layout="full").derive(
+    with_mask_entries, (0, 1, [0, 2]), False)  # rows 0 and 2 of batch 0, head 1 see no key
+REGIME = regimes.SEQUENCE_LENGTHS[0]
+
+
 @pytest.mark.parametrize("check, target, summary", [
-    (lambda variant: test_masking.test_fully_masked_row_gives_zero_output(variant=variant),
+    (lambda variant: check_empty_rows_zero(Trial(variant, EMPTIED), "rows 0 and 2 emptied"),
      "zoo/wrong.py:fully_masked_rows_mean", "a query row with no visible key has a non-zero output"),
-    (lambda variant: test_regimes.test_repeated_calls_follow_new_values_and_leave_inputs_alone(
-        variant=variant, regime=regimes.SEQUENCE_LENGTHS[0]),
+    (lambda variant: check_calls_on_a_b_a(variant, REGIME.problem(), REGIME.problem(seed=REGIME.recipe["seed"] + 1)),
      "zoo/wrong.py:stale_cache_by_shape", "the call on new values returned the previous call's output"),
 ])
-def test_a_property_s_own_script_prints_its_verdict(capsys, check, target, summary):
-    """The exact check of fully masked rows and the calls on A, B, A replay what the property compared and print
-    FAIL: a stale state shows only after the calls before it, so the repro makes the three calls."""
+def test_a_property_s_own_check_is_called_again(check, target, summary):
+    """The exact check of fully masked rows and the calls on A, B, A: the repro calls the property's check again on
+    the same arguments (a stale state shows only after the calls before it, so it makes the three calls), and it
+    fails with the property's message."""
     with pytest.raises(PropertyViolation) as failure:
         check(Variant(load_impl(target), "float64"))
     assert failure.value.summary == summary
-    assert _printed(failure.value.repro, capsys)[0].startswith("FAIL: ")
+    assert failure.value.repro.splitlines()[-1].startswith(("check_empty_rows_zero(Trial(", "check_calls_on_a_b_a("))
+    assert_repro_fails_alike(failure.value)

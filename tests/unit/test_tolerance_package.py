@@ -48,7 +48,12 @@ def test_every_public_name_is_re_exported():
 
 def test_a_forgotten_re_export_is_found():
     module = types.ModuleType("specs.tolerance.extra")
-    exec("def new_allowance():\n    pass\nLIMIT = 3.0\nPair = tuple[str, float]", module.__dict__)
+
+    def new_allowance():
+        pass
+
+    new_allowance.__module__ = module.__name__  # defined there, as its own source would define it
+    module.new_allowance, module.LIMIT, module.Pair = new_allowance, 3.0, tuple[str, float]
     assert public_names(module) == {"new_allowance", "LIMIT", "Pair"}
     assert missing_exports(specs.tolerance, [module]) == ["specs.tolerance.extra.LIMIT", "specs.tolerance.extra.Pair",
                                                           "specs.tolerance.extra.new_allowance"]
