@@ -88,7 +88,7 @@ def test_non_finite_keys_no_row_sees_never_reach_gradients(variant, data):
 
 
 @checks(CLAIM)
-@pytest.mark.requires("gradients", "causal")
+@pytest.mark.requires("gradients", "causal", "cross")
 @given(data=st.data())
 def test_non_finite_keys_past_every_causal_horizon_never_reach_gradients(variant, data):
     """Top-left causal with n_k > n_q: the keys past n_q - 1 are in every row's future."""

@@ -20,7 +20,7 @@ from harness.api.trial import Trial, check_against_oracle, check_out_and_lse_aga
 from properties.gradient_checks import check_gradients
 from properties.sharded_checks import cut_to_equal_shards, merge_order_comparison
 from protocol.rank_pool import POOL_SIZE
-from specs.derivations import query_heads_tiled
+from specs.derivations import heads_tiled
 from specs.sharding import WORLD_SIZES, chunks
 
 SMALL = dict(max_n=24, max_d=8)
@@ -34,8 +34,8 @@ def _sharded_problem(variant, world: int, data):
     causal = caps.causal and data.draw(st.booleans(), label="causal")
     shortest = chunks(0, world, caps.sharding) if caps.even_shards else world
     problem = data.draw(problems_for(variant, causal=causal, min_n=shortest, **SMALL), label="problem")
-    if caps.heads_divisible and problem.q.shape[1] % world:  # W copies of the query heads divide among W ranks
-        problem = problem.derive(query_heads_tiled, world)
+    if caps.heads_divisible and problem.q.shape[1] % world:  # W copies of the heads divide among W ranks
+        problem = problem.derive(heads_tiled, world, not caps.gqa)
     if caps.even_shards:
         problem = cut_to_equal_shards(problem, world, caps.sharding, queries=True)
     return problem

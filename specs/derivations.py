@@ -126,9 +126,11 @@ def kv_heads_repeated(p: Problem, group: int) -> Problem:
 
 
 @problem_step
-def query_heads_tiled(p: Problem, copies: int) -> Problem:
-    """The query heads tiled `copies` times (a head count a sharding across `copies` ranks divides)."""
-    return p.replace(q=np.tile(p.q, (1, copies, 1, 1)))
+def heads_tiled(p: Problem, copies: int, kv_heads: bool) -> Problem:
+    """The query heads tiled `copies` times (a head count a sharding across `copies` ranks divides), and with
+    `kv_heads` the kv heads too (for an implementation that takes one head count for q, k and v)."""
+    tiled = {name: np.tile(getattr(p, name), (1, copies, 1, 1)) for name in ("qkv" if kv_heads else "q")}
+    return p.replace(**tiled)
 
 
 # -- values and inputs -----------------------------------------------------------------------------------------

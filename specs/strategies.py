@@ -152,6 +152,9 @@ class ShapeRules:
         if self.queries_outnumber_keys and (self.keys_cover_queries or self.same_lengths or not self.cross):
             raise ValueError("queries_outnumber_keys (n_q > n_k) contradicts keys_cover_queries, same_lengths "
                              "or cross=False")
+        if self.different_lengths and (self.same_lengths or not self.cross):
+            raise ValueError("different_lengths (n_q != n_k) contradicts same_lengths or cross=False: a property that "
+                             "needs them requires the capability cross")
 
     @classmethod
     def for_caps(cls, caps: ShapeCapabilities | None, *, causal: bool = False, empty_rows: bool = False,

@@ -91,6 +91,26 @@ class PaddedKeysWeightOverflow(Deviation):
         return {"dq": np.broadcast_to(rows[..., None], call.q.shape).copy()} if rows.any() else {}
 
 
+class PaddedKeysNanAtZeroScale(Deviation):
+    name = "padded-keys-nan-at-zero-scale"
+    summary = ("the keys padding the last key tile are given the score -inf before the scores are multiplied by the "
+               "scale (flash-attn's Triton forward): at scale 0, -inf x 0 is NaN, and every row of a non-causal call "
+               "reads that tile, so its output and log-sum-exp are NaN; only where n_k is not a multiple of the tile")
+    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the forward kernel"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.block_n = self.positive_int("block_n")
+
+    def non_finite(self, call):
+        scale = call.keywords.get("scale")
+        if (scale is None or float(scale) != 0.0 or call.keywords.get("causal")
+                or call.k.shape[2] % self.block_n == 0):
+            return {}
+        shape = call.oracle.out.shape
+        return {"out": np.ones(shape, dtype=bool), "lse": np.ones(shape[:-1], dtype=bool)}
+
+
 class MergeRoundsAtPartialSize(Deviation):
     name = "merge-rounds-at-partial-size"
     summary = ("partial results merged as out - sigmoid(lse_b - lse) (out - out_b) in float32 (torch's ring "
@@ -123,6 +143,6 @@ class MergeRoundsAtPartialSize(Deviation):
         return {"out": np.broadcast_to(out, result.out.shape).copy(), "lse": lse[..., 0]}
 
 
-KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow)
+KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow, PaddedKeysNanAtZeroScale)
 # widens every element a row sees: the broadest of the catalogue, so accept mode tries it last
 MERGE_DEVIATIONS = (MergeRoundsAtPartialSize,)

@@ -174,6 +174,11 @@ CASES = {
                                          entries_set, "q", (), 3.0).derive(with_keywords, scale=1.0),
                                      "float32", {}, None),
     "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
+    # 6 keys in tiles of 4: two padding keys whose -inf x 0 is NaN in every row
+    "padded-keys-nan-at-zero-scale": ("padded_tile_scaled_after_masking",
+                                      {"deviation": "padded-keys-nan-at-zero-scale", "block_n": 4},
+                                      BASE.derive(with_keywords, scale=0.0), "float64", {}, None),
+
     # a scale bfloat16 cannot hold (303 / 64 needs 9 bits): rounded to the dtype, it would move every score
     "scores-rounded-before-softmax": ("scores_rounded_in_half_precision",
                                       {"deviation": "scores-rounded-before-softmax"},
@@ -244,12 +249,32 @@ def test_a_deviation_refuses_one_more_wrong_element(case):
     name, fields, problem, dtype, extra, element = CASES[case]
     trial = Trial(_variant(name, dtype), problem, past_range=dtype == "float16")
     out = np.asarray(trial.call_raw(problem, **extra), dtype=np.float64)  # the implementation's own output
-    if element is None:  # its first finite element, explained or not: any value off the prediction is refused
-        element = tuple(int(i) for i in np.argwhere(np.isfinite(out))[0])
-    wrong = _variant(name, dtype, perturb=_shifted(element, 0.5))
+    if element is None and not np.isfinite(out).any():  # a call predicted NaN whole: one finite element is refused
+        wrong = _variant(name, dtype, perturb=lambda got: np.where(np.arange(got.size).reshape(got.shape) == 0, 0.5,
+                                                                   got))
+    else:
+        if element is None:  # its first finite element, explained or not: any value off the prediction is refused
+            element = tuple(int(i) for i in np.argwhere(np.isfinite(out))[0])
+        wrong = _variant(name, dtype, perturb=_shifted(element, 0.5))
     trial = Trial(wrong, problem, past_range=dtype == "float16")
     with deviation_mode(_run(wrong, fields)), pytest.raises(PropertyViolation, match="declared deviations predict"):
         trial.call_raw(problem, **extra)
+
+
+def test_padded_keys_nan_at_zero_scale_predicts_only_padded_non_causal_calls_at_scale_zero():
+    """NaN in every row where the last tile is padded, the call is not causal and the scale is 0; nothing where the
+    keys fill their tiles, the call is causal (its mask, applied after the scale, hides the padding) or the scale is
+    another."""
+    deviation = deviation_from_fields("padded-keys-nan-at-zero-scale", {"block_n": 4}, "test")
+    p = BASE  # 6 keys
+
+    def predicted(n_k=6, **keywords):
+        problem = build(batch=2, heads=2, n_q=4, n_k=n_k, d=4, d_v=3, seed=5)
+        return deviation.non_finite(Call(problem.q, problem.k, problem.v, keywords))
+
+    assert predicted(scale=0.0)["out"].all() and predicted(scale=0.0)["lse"].shape == p.q.shape[:3]
+    assert predicted(n_k=8, scale=0.0) == {} and predicted(scale=0.0, causal=True) == {}
+    assert predicted(scale=1e-30) == {} and predicted() == {}
 
 
 def test_two_ignored_keywords_compose_and_one_declared_alone_does_not_explain_the_other():

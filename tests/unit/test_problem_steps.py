@@ -41,7 +41,7 @@ EXAMPLES = {
     "spans_taken": (MASKED, (), {"queries": (0, 4), "keys": (2, 6)}),
     "heads_taken": (MASKED, (3, 1), {}),
     "kv_heads_repeated": (MASKED, (2,), {}),
-    "query_heads_tiled": (MASKED, (3,), {}),
+    "heads_tiled": (MASKED, (3, True), {}),
     "values_of": (MASKED, ("half_plus_one",), {}),
     "one_hot_valued": (TOKENS, (9,), {}),
     "values_resized": (MASKED, (-1,), {}),

@@ -217,6 +217,14 @@ def test_queries_outnumber_keys_rejects_rules_that_forbid_it(contradiction):
         ShapeRules(queries_outnumber_keys=True, **contradiction)
 
 
+@pytest.mark.parametrize("contradiction", [dict(same_lengths=True), dict(cross=False)])
+def test_different_lengths_rejects_rules_that_forbid_it(contradiction):
+    """A property asking n_q != n_k of a record that declares cross=False would hand it shapes outside its
+    capabilities (a yunchang run met one): the rules refuse, and such a property requires cross."""
+    with pytest.raises(ValueError, match="different_lengths"):
+        ShapeRules(different_lengths=True, **contradiction)
+
+
 def test_bottom_right_problems_with_more_queries_have_empty_top_rows():
     """queries_outnumber_keys reaches fully-masked-rows-zero's bottom-right case: every draw leaves its top
     n_q - n_k rows without a key (and the strategy as it was, empty_rows alone, draws n_q <= n_k too)."""
