@@ -118,3 +118,16 @@ def rows_for(subject: str, dtypes: tuple[str, ...], path: Path | None = None) ->
             raise ExpectationError(f"the expectations table's row ({subject}, {row.claim}) names dtypes "
                                          f"{stray}, which are not among the record's {dtypes}")
     return rows
+
+
+def rows_changed(table: str, measured: str) -> tuple[list[str], list[str]]:
+    """The rows (one per subject, claim, dtypes and deviation) the measured table adds to `table` and those it leaves
+    out, each as a line: what a reviewer reads, whatever the two files' order, grouping and comments."""
+    def rows(text: str) -> dict[tuple, str]:
+        return {(row.subject, row.claim, row.dtypes, row.deviation.describe()):
+                f"{row.subject} | {row.claim} | {', '.join(row.dtypes)} | {row.deviation.describe()}"
+                for row in parse_table(text)}
+
+    before, after = rows(table), rows(measured)
+    return sorted(after[key] for key in after.keys() - before.keys()), sorted(
+        before[key] for key in before.keys() - after.keys())

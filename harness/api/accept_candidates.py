@@ -24,6 +24,7 @@ SETTINGS: dict[str, tuple[dict, ...]] = {
                                            {"gradients": ["dq", "dv"]}, {"gradients": ["dq", "dk", "dv"]}),
     "ignores-keyword": tuple({"keyword": keyword} for keyword in IGNORABLE),
     "padded-keys-weight-overflow": tuple({"block_n": size} for size in (16, 32, 64, 128)),  # kernels' key tiles
+    "padded-keys-nan-at-zero-scale": tuple({"block_n": size} for size in (16, 32, 64, 128)),
     "merge-rounds-at-partial-size": tuple({"merges": ranks} for ranks in (2, 3, 4)),  # the sharded groups' sizes
 }
 NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone",

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from protocol.expectation_rows import ExpectationError
+from protocol.expectations import rows_changed
+
 PACKAGES = ("properties", "interpretations")  # located, not imported: pytest imports them, rewriting asserts
 # harness itself (this module's package) is imported before pytest could rewrite it; its __init__ has no assert
 HARNESS_NOT_REWRITTEN = ("ignore:Module already imported so cannot be rewritten; harness"
@@ -102,6 +105,21 @@ def merge(groups: Sequence[Path], report: Path) -> int:
     return int(fatal or unexpected > 0)
 
 
+def show_rows(table: Path, measured: Path) -> int:
+    """Print the rows `measured` adds to `table` (+) and leaves out (-); 0, or 2 when a file cannot be read."""
+    try:
+        added, removed = rows_changed(table.read_text(encoding="utf-8"), measured.read_text(encoding="utf-8"))
+    except (OSError, ExpectationError) as exc:
+        print(f"attention-spec rows: {exc}", file=sys.stderr)
+        return 2
+    for line in added:
+        print(f"+ {line}")
+    for line in removed:
+        print(f"- {line}")
+    print(f"{len(added)} added, {len(removed)} left out")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attention-spec", description="Check attention implementations against "
                                      "the specification's properties, and compare two runs' reports.")
@@ -115,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     diff = commands.add_parser("compare", help="the verdicts that changed between two reports; 1 if one got worse")
     diff.add_argument("old", type=Path, help="the earlier report.json, or its directory")
     diff.add_argument("new", type=Path, help="the later report.json, or its directory")
+    rows = commands.add_parser("rows", help="the expectation rows a file written by --accept-expectations adds to "
+                                            "impls/expectations.toml and those it leaves out")
+    rows.add_argument("measured", type=Path, help="the file --accept-expectations wrote")
+    rows.add_argument("--table", type=Path, help="the table it is compared with (default: impls/expectations.toml)")
     join = commands.add_parser("merge", help="one report from the groups of a split run (pytest-split's --splits)")
     join.add_argument("groups", nargs="+", type=Path, metavar="GROUP", help="a group's --report directory")
     join.add_argument("--report", type=Path, required=True, metavar="DIR", help="where the merged report goes")
@@ -131,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra:
             parser.error("merge takes no pytest arguments")
         return merge(options.groups, options.report)
+    if options.command == "rows":
+        if extra:
+            parser.error("rows takes no pytest arguments")
+        table = options.table or Path(importlib.util.find_spec("impls").origin).parent / "expectations.toml"
+        return show_rows(table, options.measured)
     if options.command == "compare":
         if extra:
             parser.error("compare takes no pytest arguments")

@@ -1,13 +1,15 @@
 """`--accept-expectations FILE`: the rows of the expectations table as the run measured them, so a change of
 expectations is a reviewed diff against impls/expectations.toml, never a hand-copied list.
 
-For every implementation that ran: a row whose deviation explained an example is written as it stands, a row that
-explained nothing is left out, and a deviation accept mode found for an example nothing declared explained
-(harness.api.explained_runs: the narrowest that explains every element) becomes a new row, its `why` and
-`reported` to be written by the reviewer. Records that did not run keep their rows; an implementation run by --impl
-gets its rows under its target, for its author to move into its `known_defects`. A failure no documented deviation
-explains is listed as a problem: it needs a fix, or a deviation of its own in specs.deviations. Rows are grouped back
-into the table's form: one row per subject, deviation and dtypes, with its claims listed.
+For every implementation that ran: a row whose deviation explained an example is written as it stands, a row whose
+claim the run checked on that implementation (in one of the row's dtypes) and that explained nothing is left out, a
+row whose claim the run did not check (a run of some properties, -k) is kept as it stands, and a deviation accept
+mode found for an example nothing declared explained (harness.api.explained_runs: the narrowest that explains every
+element) becomes a new row, its `why` and `reported` to be written by the reviewer. Records that did not run keep
+their rows; an implementation run by --impl gets its rows under its target, for its author to move into its
+`known_defects`. A failure no documented deviation explains is listed as a problem: it needs a fix, or a deviation
+of its own in specs.deviations. Rows are grouped back into the table's form: one row per subject, deviation and
+dtypes, with its claims listed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict
     accepted; `builtin`: the records' targets, whose table rows it rewrites), and one problem line per failure
     nothing explains."""
     ran = {v.impl.name for v in variants if v.impl.target in builtin}
-    kept = [row for row in load_table() if row.subject not in ran]
+    checked = {(variant.impl.name, variant.dtype, claim) for variant in variants for (claim, name) in outcomes
+               if name == variant.name}
+    kept = [row for row in load_table() if row.subject not in ran
+            or not any((row.subject, dtype, row.claim) in checked for dtype in row.dtypes)]
     for variant in variants:
         for index, row in enumerate(variant.impl.expectations):
             if (variant.name, index) in triggered and row not in kept:
@@ -128,3 +133,4 @@ def write_accepted(path: str | Path, state) -> list[str]:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(table_text(rows), encoding="utf-8")
     return problems
+

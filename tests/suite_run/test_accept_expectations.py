@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from unittest import mock
 
 import pytest
 
@@ -30,13 +31,21 @@ def _row(claim: str, name: str, **params) -> Expectation:
 
 
 def test_measured_rows_keep_what_explained_drop_what_did_not_and_add_what_was_accepted():
+    """A row of a claim the run checked is kept where it explained an example and dropped where it did not; a row of
+    a claim the run did not check (a run of some properties) is kept as it stands."""
     fired, idle = _row("sdpa-formula", "float32-softmax"), _row("rows-sum-to-one", "keyless-row-mean")
-    variant = Variant(dataclasses.replace(load_impl(RECORD), expectations=(fired, idle)), "float64")
+    unchecked = _row("causal-alignment", "keyless-row-nan")
+    variant = Variant(dataclasses.replace(load_impl(RECORD), expectations=(fired, idle, unchecked)), "float64")
     accepted = {(variant.name, "layout-independent"): [("keyless-row-nan", {})]}
-    rows, problems = measured_rows([variant], {}, {(variant.name, 0)}, accepted, frozenset({variant.impl.target}))
+    outcomes = {(claim, variant.name): [Outcome("pass", "t::a", "test_a", "")]
+                for claim in ("sdpa-formula", "rows-sum-to-one")}
+    table = [*load_table(), fired, idle, unchecked]
+    with mock.patch("harness.pytest_plugin.accept.load_table", return_value=table):
+        rows, problems = measured_rows([variant], outcomes, {(variant.name, 0)}, accepted,
+                                       frozenset({variant.impl.target}))
     mine = [row for row in rows if row.subject == "numpy-tiled"]
     assert problems == []
-    assert fired in mine and idle not in mine and len(mine) == 2
+    assert fired in mine and idle not in mine and unchecked in mine and len(mine) == 3
     (new,) = [row for row in mine if row.claim == "layout-independent"]
     assert new.deviation.describe() == "keyless-row-nan" and new.dtypes == ("float64",)
     assert "say why" in new.why and "say where" in new.reported  # the reviewer writes them

@@ -1,0 +1,22 @@
+"""What accept mode tries on a failure nothing declared explains (harness.api.accept_candidates): every deviation of
+the catalogue, each with the parameter settings the failure cannot give it, and one for a raise made from its text.
+A deviation added with a required parameter and no setting would stop accept mode on every failure (a run met one)."""
+
+from __future__ import annotations
+
+from harness.api.accept_candidates import NEEDS_THE_FAILURE, SETTINGS, candidates
+from harness.api.evidence import PropertyViolation
+from specs.deviations import CATALOGUE
+
+
+def test_every_deviation_that_needs_no_failure_is_tried_with_each_of_its_settings():
+    tried = candidates(PropertyViolation("out differs from the float64 oracle beyond the tolerance"))
+    expected = sum(len(SETTINGS.get(name, ({},))) for name in CATALOGUE if name not in NEEDS_THE_FAILURE)
+    assert len(tried) == expected
+    assert {deviation.name for deviation in tried} == set(CATALOGUE) - set(NEEDS_THE_FAILURE)
+
+
+def test_a_raise_is_tried_as_rejects_with_its_type_and_the_start_of_its_text():
+    (tried,) = candidates(PropertyViolation("the implementation raised RuntimeError: shape '[1, 2, 0]' is invalid "
+                                            "for input of size 16"))
+    assert tried.describe().startswith("rejects (") and "RuntimeError" in tried.describe()
