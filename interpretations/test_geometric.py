@@ -20,6 +20,7 @@ from harness.api.assertions import assert_within
 from harness.api.exhibits import record_headroom
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from interpretations.geometric_checks import (
     check_cosine_attention,
@@ -149,6 +150,12 @@ def opposite_unit_tokens() -> Problem:
 def test_unit_tokens_are_scored_by_cosine(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False,
                                      score_styles=("normal", "spiky")), label="problem")
+    check_unit_tokens_are_scored_by_cosine(variant, problem)
+
+
+@reproducible
+def check_unit_tokens_are_scored_by_cosine(variant, problem) -> None:
+    """The check of test_unit_tokens_are_scored_by_cosine on one problem."""
     trial = Trial(variant, problem)
     expect_cosine_weights(trial, observe_weights(trial, self_attention(problem, unit=True)))
     expect_cosine_weights(trial, observe_weights(trial, opposite_unit_tokens()))
@@ -159,6 +166,12 @@ def test_unit_tokens_are_scored_by_cosine(variant, data):
 def test_self_attention_scores_are_symmetric(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False,
                                      score_styles=MODERATE + ("integers",)), label="problem")
+    check_self_attention_scores_are_symmetric(variant, problem)
+
+
+@reproducible
+def check_self_attention_scores_are_symmetric(variant, problem) -> None:
+    """The check of test_self_attention_scores_are_symmetric on one problem."""
     trial = Trial(variant, problem)
     expect_symmetric_scores(trial, observe_weights(trial, self_attention(problem)))
 
@@ -168,6 +181,12 @@ def test_self_attention_scores_are_symmetric(variant, data):
 def test_unit_vectors_weighted_by_nearness(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False,
                                      score_styles=("normal", "spiky")), label="problem")
+    check_unit_vectors_weighted_by_nearness(variant, problem)
+
+
+@reproducible
+def check_unit_vectors_weighted_by_nearness(variant, problem) -> None:
+    """The check of test_unit_vectors_weighted_by_nearness on one problem."""
     trial = Trial(variant, problem)
     expect_weights_rank_by_distance(trial, observe_weights(trial, unit_queries_and_keys(problem)))
 
@@ -177,6 +196,12 @@ def test_unit_vectors_weighted_by_nearness(variant, data):
 def test_dot_product_ranks_like_distance(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True, min_n=2, scale=False, score_styles=("normal",)),
                         label="problem")
+    check_dot_product_ranks_like_distance(variant, problem)
+
+
+@reproducible
+def check_dot_product_ranks_like_distance(variant, problem) -> None:
+    """The check of test_dot_product_ranks_like_distance on one problem."""
     trial = Trial(variant, problem)
     expect_dot_product_ranks_like_distance(trial, observe_weights(trial, keys_of_many_lengths(problem)))
 

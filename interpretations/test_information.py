@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from harness.api.exhibits import record_headroom
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from interpretations.information_checks import (
     distributions,
@@ -90,6 +91,12 @@ def _logsumexp(s: np.ndarray) -> np.ndarray:
 def test_rows_attain_the_maximum_of_entropy_regularised_score(variant):
     """logsumexp(s) - F(p) = KL(p || softmax(s)) >= 0: the implementation's rows (one-hot values, renormalised onto
     the simplex) attain the maximum logsumexp(s) within the chi-square bound their weight allowance allows."""
+    check_rows_attain_the_maximum_of_entropy_regularised_score(variant)
+
+
+@reproducible
+def check_rows_attain_the_maximum_of_entropy_regularised_score(variant) -> None:
+    """The check of test_rows_attain_the_maximum_of_entropy_regularised_score."""
     d_v = 3 if variant.capabilities.value_dim else 8
     problem = build(batch=1, heads=2, heads_kv=2, n_q=8, n_k=8, d=8, d_v=d_v, seed=51_000).scale_queries(1.5)
     trial = Trial(variant, problem)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from harness.api.exhibits import exhibit
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from protocol.registry import Variant
 from specs.constructions import integer_scored, ladder_of_gaps, residue_masked
@@ -58,6 +59,12 @@ def test_output_is_expectation_of_values_under_weights(variant):
     over a run of ~70 implementations 7e-8. Power: the same test rejects the uniform mean of V, and an
     implementation that applies other weights to real values than it shows on one-hot ones
     (tests/suite_run/test_expectations_caught.py)."""
+    check_output_is_expectation_of_values_under_weights(variant)
+
+
+@reproducible
+def check_output_is_expectation_of_values_under_weights(variant) -> None:
+    """The check of test_output_is_expectation_of_values_under_weights."""
     d_v = 3 if variant.capabilities.value_dim else 12
     problem = build(batch=1, heads=2, heads_kv=2, n_q=12, n_k=12, d=12, d_v=d_v, seed=SEED).scale_queries(2.0)
     trial = Trial(variant, problem)
@@ -112,6 +119,12 @@ def test_output_minimises_weighted_squared_distance(variant, data):
     """The minimiser of sum_j W_ij |x - v_j|^2 solves (sum_j W_ij) x = (W V)_i: compare both sides,
     with W the weights the implementation applied (read off one-hot values)."""
     problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    check_output_minimises_weighted_squared_distance(variant, problem)
+
+
+@reproducible
+def check_output_minimises_weighted_squared_distance(variant, problem) -> None:
+    """The check of test_output_minimises_weighted_squared_distance on one problem."""
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
     _, out_allowance = trial.oracle()
@@ -151,6 +164,12 @@ def at_scale(variant: Variant, problem: Problem, scale: float) -> Problem:
 def test_large_scale_gives_argmax_with_ties_split(variant):
     """At scale 40 on integer scores, the implementation's weights (one-hot values) are within its allowance plus
     specs.tolerance.temperature_limit's analytic bound of the limit: 1/t on a row's t tied top keys, 0 elsewhere."""
+    check_large_scale_gives_argmax_with_ties_split(variant)
+
+
+@reproducible
+def check_large_scale_gives_argmax_with_ties_split(variant) -> None:
+    """The check of test_large_scale_gives_argmax_with_ties_split."""
     problem = at_scale(variant, integer_scores(), COLD_SCALE)
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
@@ -168,6 +187,12 @@ def masked(problem: Problem) -> Problem:
 def test_small_scale_gives_mean_of_visible_values(variant):
     """At scale 1e-9 the output is the plain mean of the values the row may see (a mask where the implementation
     takes one): within out's allowance plus the hot limit's (e^r - 1) / n per weight, carried through V."""
+    check_small_scale_gives_mean_of_visible_values(variant)
+
+
+@reproducible
+def check_small_scale_gives_mean_of_visible_values(variant) -> None:
+    """The check of test_small_scale_gives_mean_of_visible_values."""
     problem = integer_scores(3 if variant.capabilities.value_dim else 16)
     if variant.capabilities.mask:
         problem = masked(problem)
@@ -193,6 +218,12 @@ def test_entropy_falls_as_scale_grows(variant):
     """d H(softmax(s c)) / ds = -s Var_P(c) <= 0. On ENTROPY_SCALES the entropy of the implementation's rows may
     rise from one scale to the next by at most the two entropies' allowances (weights_entropy_allowance: its
     weight allowance carried through -x log x)."""
+    check_entropy_falls_as_scale_grows(variant)
+
+
+@reproducible
+def check_entropy_falls_as_scale_grows(variant) -> None:
+    """The check of test_entropy_falls_as_scale_grows."""
     base = integer_scores()
     entropies, slacks, problems = [], [], []
     trial = Trial(variant, base)
@@ -227,6 +258,12 @@ def test_exact_zero_only_where_the_dtype_underflows(variant):
     On a ladder of gaps, no weight with -log P below underflow_gap_window's lowest end (twice the smallest normal
     of the output and of float32 inside low-precision kernels) may be 0, and every weight past its highest end
     (a quarter of the output's smallest subnormal) must be: the first exact 0 lies in the window."""
+    check_exact_zero_only_where_the_dtype_underflows(variant)
+
+
+@reproducible
+def check_exact_zero_only_where_the_dtype_underflows(variant) -> None:
+    """The check of test_exact_zero_only_where_the_dtype_underflows."""
     lowest, highest = underflow_gap_window(variant.dtype)
     trial = Trial(variant, underflow_ladder(lowest, highest))
     observed = observe_weights(trial)

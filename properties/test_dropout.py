@@ -20,6 +20,7 @@ import pytest
 
 from harness.api.markers import checks
 from harness.api.observe import one_hot_problem
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from properties.dropout_checks import (
     DROPOUT_P,
@@ -76,6 +77,12 @@ def test_dropout_rate_is_p_at_every_position(variant):
     probability at most ALPHA, once and for all, never a run in many. Observed on these seeds, the Bonferroni
     p-value is 1 for specs.dropout_mask (the mask of every dropout_seed record), 0.41 for torch's global
     generator through torch.nn.functional.dropout and 0.039 for NumPy's legacy one: far from ALPHA."""
+    check_dropout_rate_is_p_at_every_position(variant)
+
+
+@reproducible
+def check_dropout_rate_is_p_at_every_position(variant) -> None:
+    """The check of test_dropout_rate_is_p_at_every_position."""
     problem = build(batch=1, heads=2, heads_kv=2, n_q=8, n_k=8, d=8, d_v=8, seed=SEED + 1)
     trial = Trial(variant, problem)
     dropped = POSITION_REPEATS - _position_keeps(trial, problem, range(POSITION_REPEATS))
@@ -133,6 +140,12 @@ def test_dropout_masks_are_independent_across_batches_heads_rows_and_columns(var
     this replaces overlapped, and the variance of their counts was 1.7 times the binomial's for an iid mask,
     about 50 times for one keyed on i + j. On SEED the Bonferroni p-value is 1 for specs.dropout_mask and for
     torch's and NumPy's global generators."""
+    check_dropout_masks_are_independent_across_batches_heads_rows_and_columns(variant)
+
+
+@reproducible
+def check_dropout_masks_are_independent_across_batches_heads_rows_and_columns(variant) -> None:
+    """The check of test_dropout_masks_are_independent_across_batches_heads_rows_and_columns."""
     problem = build(batch=2, heads=4, heads_kv=4, n_q=48, n_k=48, **one_hot_head_dims(variant, 48),
                     seed=SEED + 2)
     trial = Trial(variant, problem)
@@ -151,6 +164,12 @@ def test_dropout_masks_are_independent_across_batches_heads_rows_and_columns(var
 def test_the_seed_and_the_position_alone_decide_the_mask(variant):
     """The same seed reproduces the output bit for bit, another seed gives another mask, block sizes change
     nothing, and the mask is specs.dropout_mask's."""
+    check_the_seed_and_the_position_alone_decide_the_mask(variant)
+
+
+@reproducible
+def check_the_seed_and_the_position_alone_decide_the_mask(variant) -> None:
+    """The check of test_the_seed_and_the_position_alone_decide_the_mask."""
     problem = build(batch=2, heads=2, heads_kv=1, n_q=33, n_k=40, d=8, d_v=8, seed=SEED + 3)
     trial = Trial(variant, problem)
     call = dropout_call(variant, SEED)
@@ -188,6 +207,12 @@ def unbiased_radius(weights: np.ndarray, v_all: np.ndarray, repeats: int, elemen
 def test_dropout_output_is_unbiased(variant):
     """Values 1 + N(0, 1)/2 make the bias of a missing 1/(1 - p) (p |O| ~ 0.1) exceed twice the radius; d_v = d
     for an implementation without value_dim (flash-attn's)."""
+    check_dropout_output_is_unbiased(variant)
+
+
+@reproducible
+def check_dropout_output_is_unbiased(variant) -> None:
+    """The check of test_dropout_output_is_unbiased."""
     d_v = 4 if variant.capabilities.value_dim else 8
     base = build(batch=1, heads=2, heads_kv=2, n_q=16, n_k=16, d=8, d_v=d_v, seed=SEED + 4)
     problem = base.derive(values_of, "half_plus_one")

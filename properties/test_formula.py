@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from properties.formula_checks import expect_distribution, expect_own_key_ignored, expect_rejected, mismatched_values
 from specs import examples
@@ -53,6 +54,12 @@ def test_self_attention_on_one_sequence(variant, data):
 def test_output_has_one_row_per_query(variant, data):
     """Shape (batch, heads, n_q, d_v): the query's own shape whenever the strategy draws d_v = d."""
     problem = data.draw(problems_for(variant), label="problem")
+    check_output_has_one_row_per_query(variant, problem)
+
+
+@reproducible
+def check_output_has_one_row_per_query(variant, problem) -> None:
+    """The check of test_output_has_one_row_per_query on one problem."""
     trial = Trial(variant, problem)
     b, h, n_q, _ = problem.q.shape
     trial.check_output(trial.call_raw(), problem, expect_shape=(b, h, n_q, problem.v.shape[-1]))
@@ -108,6 +115,12 @@ def test_seed003_woaini_three_by_three(variant, seed):
 @checks("query-compared-only-with-other-tokens")
 @given(seed=seeds)
 def test_first_token_is_compared_only_with_the_other_tokens(variant, seed):
+    check_first_token_is_compared_only_with_the_other_tokens(variant, seed)
+
+
+@reproducible
+def check_first_token_is_compared_only_with_the_other_tokens(variant, seed) -> None:
+    """The check of test_first_token_is_compared_only_with_the_other_tokens."""
     trial = Trial(variant, examples.four_tokens(seed))
     expect_own_key_ignored(trial, observe_weights(trial))
 
@@ -124,6 +137,12 @@ def test_values_of_another_length_are_rejected(variant, data):
     """On the drawn problem, and on a fixed witness whose 64 keys fill whole blocks of any power-of-two
     size up to 64: an implementation that reads v block by block never reaches a 65th value."""
     problem = data.draw(problems_for(variant), label="problem")
+    check_values_of_another_length_are_rejected(variant, problem)
+
+
+@reproducible
+def check_values_of_another_length_are_rejected(variant, problem) -> None:
+    """The check of test_values_of_another_length_are_rejected on one problem."""
     trial = Trial(variant, problem)
     for mismatched in mismatched_values(problem) + mismatched_values(build(n_q=64, n_k=64, d=8, d_v=8)):
         expect_rejected(trial, mismatched)
@@ -142,6 +161,12 @@ def test_oracle_names_values_of_another_length(n_k, seed):
 @given(seed=seeds)
 def test_siwuxiang_query_result(variant, seed):
     """Weights 1/3, 1/6, 1/4, 1/4, 0 give 1/3 deer + 1/6 cow + 1/4 sheep + 1/4 donkey + 0 frog."""
+    check_siwuxiang_query_result(variant, seed)
+
+
+@reproducible
+def check_siwuxiang_query_result(variant, seed) -> None:
+    """The check of test_siwuxiang_query_result."""
     d_v = 3 if variant.capabilities.value_dim else 2
     problem = examples.siwuxiang(seed, d_v)
     check_against_oracle(variant, problem)

@@ -11,6 +11,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from impls.seeds.seed_code.seed001_multihead import PSEUDO_CODE
 from properties.head_checks import (
@@ -75,6 +76,12 @@ def test_each_kv_head_is_read_by_exactly_its_group(variant, data):
 @given(data=st.data())
 def test_grouped_kv_heads_equal_repeated_kv_heads(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
+    check_grouped_kv_heads_equal_repeated_kv_heads(variant, problem)
+
+
+@reproducible
+def check_grouped_kv_heads_equal_repeated_kv_heads(variant, problem) -> None:
+    """The check of test_grouped_kv_heads_equal_repeated_kv_heads on one problem."""
     group = problem.q.shape[1] // problem.k.shape[1]
     assume(group > 1)
     repeated = problem.derive(kv_heads_repeated, group)
@@ -102,6 +109,12 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
     per-head core, against the same pipeline around the float64 oracle: the implementation's heads,
     concatenated in head order, give the oracle's multi-head output."""
     problem = data.draw(problems_for(variant, max_d=24), label="problem")
+    check_projection_pipeline_with_implementation_as_core(variant, problem)
+
+
+@reproducible
+def check_projection_pipeline_with_implementation_as_core(variant, problem) -> None:
+    """The check of test_projection_pipeline_with_implementation_as_core on one problem."""
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     w_q, w_k, w_v, w_o = examples.projection_weights(problem)
     x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)

@@ -62,6 +62,12 @@ def test_scale_edges_match_the_oracle(variant, data):
 def test_scale_types_match_the_oracle(variant):
     """Every type a scale may come as (SCALE_TYPES), on one fixed problem with GQA and n_q != n_k (where the
     implementation takes them)."""
+    check_scale_types_match_the_oracle(variant)
+
+
+@reproducible
+def check_scale_types_match_the_oracle(variant) -> None:
+    """The check of test_scale_types_match_the_oracle."""
     caps = variant.capabilities
     base = build(batch=2, heads=2, heads_kv=1 if caps.gqa else 2, n_q=5, n_k=7 if caps.cross else 5, d=4, d_v=4,
                  seed=SEED + 1)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from properties.masking_checks import check_empty_rows_zero
 from specs.derivations import affinely_changed, with_mask_entries
@@ -36,6 +37,12 @@ def _fail_on_hidden_weight(trial, observed) -> None:
 @given(data=st.data())
 def test_causal_weights_on_future_keys_are_zero(variant, data):
     problem = data.draw(problems_for(variant, causal=True, weights_visible=True), label="problem")
+    check_causal_weights_on_future_keys_are_zero(variant, problem)
+
+
+@reproducible
+def check_causal_weights_on_future_keys_are_zero(variant, problem) -> None:
+    """The check of test_causal_weights_on_future_keys_are_zero on one problem."""
     trial = Trial(variant, problem)
     _fail_on_hidden_weight(trial, observe_weights(trial))
 
@@ -70,7 +77,8 @@ def test_causal_attention_with_different_lengths_matches_oracle(variant, data):
 @given(data=st.data())
 def test_square_causal_attention_matches_oracle(variant, data):
     """n_q == n_k, where both alignments agree: the causal output itself, on every implementation."""
-    check_against_oracle(variant, data.draw(problems_for(variant, causal=True, same_lengths=True), label="problem"))
+    problem = data.draw(problems_for(variant, causal=True, same_lengths=True), label="problem")
+    check_against_oracle(variant, problem)
 
 
 @checks("causal-alignment")
@@ -79,8 +87,14 @@ def test_square_causal_attention_matches_oracle(variant, data):
 def test_zero_weights_follow_the_declared_alignment(variant, data):
     """Exactly the keys the declared alignment hides get weight 0: scores are kept inside the dtype's
     exponent range, so a visible key cannot underflow to 0."""
-    problem = data.draw(problems_for(variant, causal=True, weights_visible=True,
-                                     score_styles=("normal", "integers")), label="problem")
+    problem = data.draw(problems_for(variant, causal=True, weights_visible=True, score_styles=("normal", "integers")),
+                        label="problem")
+    check_zero_weights_follow_the_declared_alignment(variant, problem)
+
+
+@reproducible
+def check_zero_weights_follow_the_declared_alignment(variant, problem) -> None:
+    """The check of test_zero_weights_follow_the_declared_alignment on one problem."""
     trial = Trial(variant, problem)
     scores = trial.oracle()[0].scores
     visible = np.isfinite(scores)
@@ -116,7 +130,8 @@ def test_alignments_agree_exactly_when_lengths_match(n_q, n_k):
 @pytest.mark.requires("mask")
 @given(data=st.data())
 def test_masked_attention_matches_oracle(variant, data):
-    check_against_oracle(variant, data.draw(problems_for(variant, masked=True), label="problem"))
+    problem = data.draw(problems_for(variant, masked=True), label="problem")
+    check_against_oracle(variant, problem)
 
 
 @checks("boolean-mask-hides-keys")
@@ -124,6 +139,12 @@ def test_masked_attention_matches_oracle(variant, data):
 @given(data=st.data())
 def test_boolean_mask_gives_hidden_keys_zero_weight(variant, data):
     problem = data.draw(problems_for(variant, masked=True, weights_visible=True), label="problem")
+    check_boolean_mask_gives_hidden_keys_zero_weight(variant, problem)
+
+
+@reproducible
+def check_boolean_mask_gives_hidden_keys_zero_weight(variant, problem) -> None:
+    """The check of test_boolean_mask_gives_hidden_keys_zero_weight on one problem."""
     trial = Trial(variant, problem)
     _fail_on_hidden_weight(trial, observe_weights(trial))
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from harness.api.markers import checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from specs.constructions import queries_seek_keys
 from specs.derivations import values_of, with_arrays
@@ -25,6 +26,12 @@ from specs.tolerance import exponent_range, product_allowance, row_sum_allowance
 @given(data=st.data())
 def test_observed_weights_are_distributions(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    check_observed_weights_are_distributions(variant, problem)
+
+
+@reproducible
+def check_observed_weights_are_distributions(variant, problem) -> None:
+    """The check of test_observed_weights_are_distributions on one problem."""
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
     weights, allowance = observed.weights, observed.allowance
@@ -40,6 +47,12 @@ def test_observed_weights_are_distributions(variant, data):
 def test_values_all_ones_give_outputs_all_ones(variant, data):
     """softmax(S) 1 = 1: visible to implementations whatever d_v they accept."""
     problem = data.draw(problems_for(variant), label="problem")
+    check_values_all_ones_give_outputs_all_ones(variant, problem)
+
+
+@reproducible
+def check_values_all_ones_give_outputs_all_ones(variant, problem) -> None:
+    """The check of test_values_all_ones_give_outputs_all_ones on one problem."""
     ones = problem.derive(values_of, "ones")
     trial = Trial(variant, ones)
     _, allowance = trial.oracle()
@@ -51,6 +64,12 @@ def test_values_all_ones_give_outputs_all_ones(variant, data):
 @given(data=st.data())
 def test_output_lies_in_convex_hull_of_values(variant, data):
     problem = data.draw(problems_for(variant), label="problem")
+    check_output_lies_in_convex_hull_of_values(variant, problem)
+
+
+@reproducible
+def check_output_lies_in_convex_hull_of_values(variant, problem) -> None:
+    """The check of test_output_lies_in_convex_hull_of_values on one problem."""
     trial = Trial(variant, problem)
     _, allowance = trial.oracle()
     out = trial.call()
@@ -64,6 +83,12 @@ def test_output_lies_in_convex_hull_of_values(variant, data):
 @given(data=st.data())
 def test_output_equals_observed_weights_times_values(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    check_output_equals_observed_weights_times_values(variant, problem)
+
+
+@reproducible
+def check_output_equals_observed_weights_times_values(variant, problem) -> None:
+    """The check of test_output_equals_observed_weights_times_values on one problem."""
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
     _, out_allowance = trial.oracle()
@@ -78,6 +103,12 @@ def test_output_equals_observed_weights_times_values(variant, data):
 def test_weights_are_monotone_in_scores(variant, data):
     """Sorted by the oracle's scores, each row's weights never decrease (beyond the allowance)."""
     problem = data.draw(problems_for(variant, weights_visible=True), label="problem")
+    check_weights_are_monotone_in_scores(variant, problem)
+
+
+@reproducible
+def check_weights_are_monotone_in_scores(variant, problem) -> None:
+    """The check of test_weights_are_monotone_in_scores on one problem."""
     trial = Trial(variant, problem)
     observed = observe_weights(trial)
     order = np.argsort(observed.oracle.scores, axis=-1, kind="stable")
@@ -121,6 +152,12 @@ def queries_far_apart() -> Problem:
 def test_every_key_gets_positive_weight(variant, data):
     problem = data.draw(problems_for(variant, weights_visible=True, score_styles=("normal", "integers", "spiky")),
                         label="problem")
+    check_every_key_gets_positive_weight(variant, problem)
+
+
+@reproducible
+def check_every_key_gets_positive_weight(variant, problem) -> None:
+    """The check of test_every_key_gets_positive_weight on one problem."""
     trial = Trial(variant, problem)
     scores = trial.oracle()[0].scores
     spread = float((scores.max(axis=-1) - scores.min(axis=-1)).max())
@@ -139,6 +176,12 @@ def test_query_pointing_at_key_weights_it_most(variant, data):
     Head dims up to 4 keep other keys close in direction to the target: the hard case for the claim."""
     problem = data.draw(problems_for(variant, weights_visible=True, score_styles=("normal",), scale=False, max_d=4),
                         label="problem")
+    check_query_pointing_at_key_weights_it_most(variant, problem)
+
+
+@reproducible
+def check_query_pointing_at_key_weights_it_most(variant, problem) -> None:
+    """The check of test_query_pointing_at_key_weights_it_most on one problem."""
     targets = np.arange(problem.n_q) % problem.n_k
     problem = problem.derive(queries_seek_keys, 5.0)  # score 5 on the target key: a * |k|^2 / sqrt(d) = 5
     trial = Trial(variant, problem)

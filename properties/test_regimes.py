@@ -11,6 +11,7 @@ import pytest
 
 from harness.api.markers import checks
 from harness.api.regime_cases import cases, skip_unless_fits
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle
 from properties.block_sizes import default_block_sizes
 from properties.call_checks import check_calls_on_a_b_a
@@ -68,6 +69,12 @@ def test_strided_inputs_give_the_same_attention(variant, layout):
     """The same values passed as strided views (BSHD storage, a sliced or stepped head dim, Fortran order,
     negative strides) give what the implementation gives on contiguous arrays, within the rounding two
     correct computations of one problem may differ by."""
+    check_strided_inputs_give_the_same_attention(variant, layout)
+
+
+@reproducible
+def check_strided_inputs_give_the_same_attention(variant, layout) -> None:
+    """The check of test_strided_inputs_give_the_same_attention."""
     for problem in (build(batch=2, heads=4, heads_kv=2 if variant.capabilities.gqa else 4,
                           n_q=33, n_k=33, d=24, d_v=24, seed=11),
                     build(batch=2, heads=2, heads_kv=2, n_q=129, n_k=129, d=64, d_v=64, seed=12)):

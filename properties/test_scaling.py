@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from harness.api.exhibits import exhibit
 from harness.api.markers import ORACLE, checks
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from properties.scaling_checks import FLAT_GRID, VARIANCE_SAMPLES, score_spread
 from specs.derivations import with_keywords
@@ -41,6 +42,12 @@ def _first_query_weights(variant, problem):
 def test_scaled_scores_have_unit_variance(variant, d):
     """Under H0 (scores q.k / sqrt(d)), log(w_1 / w_0) = q.(k_1 - k_0) / sqrt(d) is, given q,
     N(0, 2 |q|^2 / d) exactly; so z = log(w_1 / w_0) / (sqrt(2) |q| / sqrt(d)) is iid N(0, 1)."""
+    check_scaled_scores_have_unit_variance(variant, d)
+
+
+@reproducible
+def check_scaled_scores_have_unit_variance(variant, d) -> None:
+    """The check of test_scaled_scores_have_unit_variance."""
     problem = gaussian_queries(samples=VARIANCE_SAMPLES, n_k=2, d=d, seed=20_000 + d)
     weights, observed = _first_query_weights(variant, problem)
     trial = Trial(variant, observed)
@@ -186,6 +193,12 @@ def _coupled_oracle_problems() -> dict[int, Problem]:
 def test_softmax_jacobian_does_not_vanish_as_d_grows(variant):
     """With the default scale, the mean row entropy and mean softmax-Jacobian norm of the implementation's weights
     are level across d_k (examples.coupled_scores: FLAT_ROWS rows of FLAT_KEYS keys per d_k)."""
+    check_softmax_jacobian_does_not_vanish_as_d_grows(variant)
+
+
+@reproducible
+def check_softmax_jacobian_does_not_vanish_as_d_grows(variant) -> None:
+    """The check of test_softmax_jacobian_does_not_vanish_as_d_grows."""
     scaled, _ = flat_rows(variant)
     failures = constancy_failures(scaled)
     if failures:
@@ -199,6 +212,12 @@ def test_softmax_jacobian_does_not_vanish_as_d_grows(variant):
 def test_unscaled_softmax_saturates_as_dk_grows(variant):
     """With scale = 1 (or q * sqrt(d_k) where there is no `scale`), the mean row entropy and mean softmax-Jacobian
     norm of the implementation's weights fall towards 0 as d_k grows (the thresholds: FLAT_GRID's comment)."""
+    check_unscaled_softmax_saturates_as_dk_grows(variant)
+
+
+@reproducible
+def check_unscaled_softmax_saturates_as_dk_grows(variant) -> None:
+    """The check of test_unscaled_softmax_saturates_as_dk_grows."""
     scaled, unscaled = flat_rows(variant)
     failures = saturation_failures(scaled, unscaled)
     if failures:

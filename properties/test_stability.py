@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.api.markers import checks
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, check_against_oracle, problems_for
 from specs.dtypes import finfo
 from specs.strategies import VALUE_STYLES, problems, unrepresentable
@@ -21,6 +22,12 @@ from specs.strategies import VALUE_STYLES, problems, unrepresentable
 def test_ratio_of_exponential_sums_inside_exp_range(variant, data):
     """Scores are brought inside exp's range for the dtype (|S| <= 0.9 log(max)) by scaling q."""
     problem = data.draw(problems_for(variant, score_styles=("normal", "integers", "tiny", "spiky")), label="problem")
+    check_ratio_of_exponential_sums_inside_exp_range(variant, problem)
+
+
+@reproducible
+def check_ratio_of_exponential_sums_inside_exp_range(variant, problem) -> None:
+    """The check of test_ratio_of_exponential_sums_inside_exp_range on one problem."""
     largest = float(np.abs(Trial(variant, problem).oracle()[0].scores).max())
     limit = 0.9 * math.log(float(finfo(variant.dtype).max))
     if largest > limit:

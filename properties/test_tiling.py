@@ -15,11 +15,12 @@ from harness.api import as_numpy
 from harness.api.blocked import check_any_block_sizes
 from harness.api.markers import checks
 from harness.api.peak_memory import MeasurementUnavailable, Probe, peak_bytes
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial, problems_for
 from protocol.dense_adapters import unchecked_decoys
 from specs.derivations import spans_taken
 from specs.dtypes import numpy_dtype
-from specs.problems import build
+from specs.problems import Problem, build
 from specs.reference import attention
 from specs.tolerance import ToleranceUndefined, lse_allowance, merge_allowance
 
@@ -60,6 +61,12 @@ def test_tiled_forward_memory_grows_linearly(variant):
     """Doubling n doubles the peak of a computation that keeps no n_q x n_k matrix, and quadruples it
     for one that does: a growth factor below 3 (the midpoint) says the scores are used and dropped. NumPy
     implementations are measured with tracemalloc in process; any other backend in a child process."""
+    check_tiled_forward_memory_grows_linearly(variant)
+
+
+@reproducible
+def check_tiled_forward_memory_grows_linearly(variant) -> None:
+    """The check of test_tiled_forward_memory_grows_linearly."""
     if variant.impl.backend != "numpy":
         _expect_no_score_matrix_resident(variant)
         return
@@ -126,7 +133,13 @@ def _expect_no_score_matrix_resident(variant) -> None:
 @given(data=st.data())
 def test_partial_results_merge_through_lse(variant, data):
     problem = data.draw(problems_for(variant, min_n=2), label="problem")
-    cut = data.draw(st.integers(1, problem.n_k - 1), label="key split")
+    check_partial_results_merge(variant, problem, data.draw(st.integers(1, problem.n_k - 1), label="key split"))
+
+
+@reproducible
+def check_partial_results_merge(variant, problem: Problem, cut: int) -> None:
+    """The outputs and log-sum-exps of keys :cut and cut: merged by their LSE equal the output over all keys, within
+    the merge's allowance; each part's LSE within its own."""
     trial = Trial(variant, problem)
     oracle, _ = trial.oracle()
     parts, outs, lses, out_allowances, lse_allowances = [], [], [], [], []

@@ -21,7 +21,7 @@ from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
 from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbed_output, perturbed_report
 from harness.api.repro import call_line_for, index_code, repro_snippet
-from harness.api.reproducible import running_check_snippet
+from harness.api.reproducible import reproducible, running_check_snippet
 from harness.engine import run_context
 from harness.engine.backward import backward_of
 from harness.engine.call_replay import kept_call
@@ -379,6 +379,7 @@ def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:
     return problems(caps=variant.capabilities, dtype=variant.dtype, **options)
 
 
+@reproducible
 def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool = False, **extra) -> None:
     """The central check: the implementation's output is within the tolerance model of the oracle."""
     __tracebackhide__ = True
@@ -387,6 +388,7 @@ def check_against_oracle(variant: Variant, problem: Problem, *, past_range: bool
     trial.expect_close(trial.call(**extra), oracle.out, allowance)
 
 
+@reproducible
 def check_out_and_lse_against_oracle(variant: Variant, problem: Problem, **extra) -> None:
     """One return_lse=True call (a record with capability lse): the output within the tolerance model of the
     oracle, and the log-sum-exp equal to the oracle's where that is infinite (a row that sees no key: -inf, or its

@@ -19,7 +19,9 @@ def test_there_are_at_least_five_wrong_sharded_implementations():
 
 @pytest.fixture(scope="module")
 def zoo_results():
-    return {result.defect.name: result for result in run_zoo(SHARDED_DEFECTS, jobs=1)}
+    # no repro runs: a kernel's under the interpreter, or a rank pool's, takes minutes; the repros of the same
+    # properties are run on their own by the dense zoo (tests/suite_run/test_zoo.py)
+    return {result.defect.name: result for result in run_zoo(SHARDED_DEFECTS, jobs=1, repros="none")}
 
 
 @pytest.mark.parametrize("name", [d.name for d in SHARDED_DEFECTS])

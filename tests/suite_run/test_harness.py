@@ -66,7 +66,7 @@ def test_broken_implementation_fails_its_property_with_a_clear_message(broken_ru
     verdict = broken_run.verdict("sdpa-formula", f"tests/fixtures/outside_impls.py:{name}[float64]")
     assert verdict["status"] == "fail" and not verdict["declared"]
     assert BROKEN[name] in verdict["detail"]
-    assert "fn = load_impl('tests/fixtures/outside_impls.py:" in verdict["counterexample"]["repro"]
+    assert "Variant(load_impl('tests/fixtures/outside_impls.py:" in verdict["counterexample"]["repro"]
 
 
 def test_run_continues_past_broken_implementations(broken_run):

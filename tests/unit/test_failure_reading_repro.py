@@ -34,13 +34,25 @@ def _printed(snippet: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_the_repro_of_a_failure_prints_fail_with_the_failure_s_worst_element_and_terms():
+def test_the_repro_of_a_failure_raises_it_again_with_its_worst_element_and_terms():
     with pytest.raises(PropertyViolation) as failure:
         check_against_oracle(Variant(load_impl(WRONG), "float64"), build(n_q=3, n_k=4, d=2, d_v=2, seed=5))
+    assert failure.value.repro.splitlines()[-2] == f"check_against_oracle(Variant(load_impl({WRONG!r}), 'float64'), p)"
+    assert_repro_fails_alike(failure.value)  # the same worst element, count and terms
+    assert failure.value.details[0].startswith("worst element out[") and "(dominant)" in failure.value.details[2]
+
+
+def test_a_failure_outside_any_check_prints_the_verdict_of_the_trial_s_last_call():
+    """A property's own comparison outside a @reproducible check: the snippet makes the trial's call and prints the
+    verdict, FAIL with the worst element, count and terms."""
+    problem = build(n_q=3, n_k=4, d=2, d_v=2, seed=5)
+    trial = Trial(Variant(load_impl(WRONG), "float64"), problem)
+    oracle, allowance = trial.oracle()
+    with pytest.raises(PropertyViolation) as failure:
+        trial.expect_close(trial.call(), oracle.out, allowance)
     printed = _printed(failure.value.repro)
     assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
-    assert printed[1:] == list(failure.value.details)  # the same worst element, count and terms
-    assert printed[1].startswith("worst element out[") and "(dominant)" in printed[3]
+    assert printed[1:] == list(failure.value.details)
 
 
 def test_the_repro_of_an_input_the_implementation_gets_right_prints_pass():
@@ -62,17 +74,14 @@ def torch_keys_reversed(q, k, v, *, scale=None):
 torch_keys_reversed.attention_capabilities = {"tensors": "torch", "differentiable": False}
 
 
-def test_the_repro_of_a_torch_implementation_hands_it_tensors_and_prints_fail():
-    """An implementation that takes torch tensors gets them in its repro as the suite gave them (numpy_facing), so
-    the snippet runs to the same FAIL instead of raising on a NumPy input."""
+def test_the_repro_of_a_torch_implementation_hands_it_tensors_as_the_suite_did():
+    """An implementation that takes torch tensors: the check called again hands it tensors as the suite did (the
+    trial's own call), so the snippet fails with the violation instead of raising on a NumPy input."""
     pytest.importorskip("torch")
     with pytest.raises(PropertyViolation) as failure:
         check_against_oracle(Variant(load_impl(f"{__name__}:torch_keys_reversed"), "float64"),
                              build(n_q=3, n_k=4, d=2, d_v=2, seed=5))
-    assert "fn = numpy_facing(load_impl(" in failure.value.repro
-    printed = _printed(failure.value.repro)
-    assert printed[0] == "FAIL: out differs from the float64 oracle beyond the tolerance"
-    assert printed[1:] == list(failure.value.details)
+    assert_repro_fails_alike(failure.value)
 
 
 def test_a_repro_imports_only_what_it_reads():
@@ -136,9 +145,9 @@ def test_a_gradient_failure_s_repro_calls_the_same_check_again(dropout):
     with pytest.raises(PropertyViolation) as failure:
         check_gradients(Trial(variant, problem), problem, seed=3, extra=extra)
     assert failure.value.summary.startswith("dQ differs from the float64 oracle's backward")
-    assert failure.value.repro.splitlines()[-1] == (
-        f"check_gradients(Trial(Variant(load_impl('{__name__}:reference_with_dq_doubled'), 'float64'), problem_1, "
-        f"layout='contiguous', past_range=False), problem_1, seed=3, extra={extra!r})")
+    assert failure.value.repro.splitlines()[-2] == (
+        f"check_gradients(Trial(Variant(load_impl('{__name__}:reference_with_dq_doubled'), 'float64'), p, "
+        f"layout='contiguous', past_range=False), p, seed=3, extra={extra!r})")
     assert_repro_fails_alike(failure.value)
 
 
@@ -173,5 +182,5 @@ def test_a_property_s_own_check_is_called_again(check, target, summary):
     with pytest.raises(PropertyViolation) as failure:
         check(Variant(load_impl(target), "float64"))
     assert failure.value.summary == summary
-    assert failure.value.repro.splitlines()[-1].startswith(("check_empty_rows_zero(Trial(", "check_calls_on_a_b_a("))
+    assert failure.value.repro.splitlines()[-2].startswith(("check_empty_rows_zero(Trial(", "check_calls_on_a_b_a("))
     assert_repro_fails_alike(failure.value)
