@@ -3,7 +3,10 @@
 each peer's tally, each finding (a failing cell, declared as a row of impls/expectations.toml, with its
 standalone script in docs/findings/), and the matrix of claim x peer.
 
-    python -m tools.peers_page REPORT_DIR_OR_JSON OUT.md
+    python -m tools.peers_page REPORT_DIR_OR_JSON [REPORT_DIR_OR_JSON ...] OUT.md
+
+Several reports (peers run in separate runs, each its own records) make one page: their verdicts together, their
+durations added; a subject in two of them is refused.
 
 The versions are read from the environment that ran the peers (the same one: tox runs both), so the page says
 what was checked. The page is written whatever the run found; the exit status is 1 where a failure is not a
@@ -142,20 +145,40 @@ def render(report: dict, scripts: dict[tuple[str, str], list[str]] | None = None
     return "\n".join(line for line in lines if line is not None) + "\n"
 
 
+def _combined(reports: list[dict]) -> dict:
+    """One report of several runs' verdicts (each run its own subjects) and their summed durations."""
+    seen: dict[str, int] = {}
+    for number, report in enumerate(reports):
+        for subject in {v["impl"] for v in report["verdicts"]}:
+            if seen.setdefault(subject, number) != number:
+                raise ValueError(f"{subject} is in two of the reports: a page shows one run of each peer")
+    durations = [report.get("duration_s") for report in reports]
+    return {**reports[0], "verdicts": [v for report in reports for v in report["verdicts"]],
+            "duration_s": sum(durations) if all(durations) else None}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    source = Path(argv[0])
-    source = source / "report.json" if source.is_dir() else source
-    if not source.is_file():
-        print(f"tools.peers_page: no report at {source} (run the peers first: tox -e peers)", file=sys.stderr)
+    reports = []
+    for given in argv[:-1]:
+        source = Path(given)
+        source = source / "report.json" if source.is_dir() else source
+        if not source.is_file():
+            print(f"tools.peers_page: no report at {source} (run the peers first: tox -e peers)", file=sys.stderr)
+            return 2
+        report = json.loads(source.read_text(encoding="utf-8"))
+        if not any("[" in v["impl"] for v in report["verdicts"]):
+            print(f"tools.peers_page: {source} holds no peer's verdict", file=sys.stderr)
+            return 2
+        reports.append(report)
+    try:
+        report = _combined(reports)
+    except ValueError as exc:
+        print(f"tools.peers_page: {exc}", file=sys.stderr)
         return 2
-    report = json.loads(source.read_text(encoding="utf-8"))
-    if not any("[" in v["impl"] for v in report["verdicts"]):
-        print(f"tools.peers_page: {source} holds no peer's verdict", file=sys.stderr)
-        return 2
-    Path(argv[1]).write_text(render(report), encoding="utf-8")
+    Path(argv[-1]).write_text(render(report), encoding="utf-8")
     unexpected = sorted({f"{v['impl']} {v['claim']}" for v in report["verdicts"]
                          if v["status"] in ("fail", "error") and not v["declared"]})
     if unexpected:  # the page is written either way; the exit says whether every failure is a declared finding

@@ -399,6 +399,19 @@ def test_the_page_is_written_and_its_exit_says_whether_a_failure_is_unexpected(t
     assert (tmp_path / "peers.md").is_file() and "peer-b[float16] sdpa-formula" in capsys.readouterr().err
 
 
+def test_reports_of_separate_runs_make_one_page_and_a_peer_in_two_is_refused(tmp_path, capsys):
+    """Peers run in separate runs (a long one alone): their verdicts on one page, their durations added."""
+    for name, verdict, duration in (("a", _verdict("peer-a[float32]", "rows-sum-to-one", "pass"), 10.0),
+                                    ("b", _verdict("peer-b[float32]", "rows-sum-to-one", "pass"), 5.0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps({"verdicts": [verdict], "duration_s": duration}))
+    assert peers_page.main([str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "peers.md")]) == 0
+    page = (tmp_path / "peers.md").read_text()
+    assert "| peer-a | 1 |" in page and "| peer-b | 1 |" in page and "15 s on this machine" in page
+    assert peers_page.main([str(tmp_path / "a"), str(tmp_path / "a"), str(tmp_path / "twice.md")]) == 2
+    assert "peer-a[float32] is in two of the reports" in capsys.readouterr().err
+
+
 def test_the_page_refuses_a_report_without_peers(tmp_path, capsys):
     (tmp_path / "report.json").write_text('{"verdicts": []}')
     assert peers_page.main([str(tmp_path), str(tmp_path / "peers.md")]) == 2
