@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from harness.api.assertions import assert_within
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from impls.seeds.seed_code.seed001_multihead import SEED_SPLIT_MERGE
 from specs.derivations import affinely_changed, heads_taken, values_of
@@ -25,6 +26,7 @@ def _output_within(trial: Trial, problem: Problem) -> tuple[np.ndarray, Allowanc
     return out, allowance + own
 
 
+@reproducible
 def expect_kv_head_read_by_its_group(trial: Trial, g: int) -> None:
     """Move the values of kv head g by c = 10 (max|V| + 1): only its group's outputs move, by c x row sums."""
     problem = trial.problem
@@ -51,6 +53,7 @@ def one_head(problem: Problem, h: int) -> Problem:
     return problem.derive(heads_taken, h, g)
 
 
+@reproducible
 def expect_head_as_if_alone(trial: Trial, h: int) -> None:
     trial.expect_unchanged(one_head(trial.problem, h), expected_index=(slice(None), [h]),
                            what=f"out of query head {h} run alone", versus=f"head {h} of all heads")
