@@ -109,12 +109,6 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
     per-head core, against the same pipeline around the float64 oracle: the implementation's heads,
     concatenated in head order, give the oracle's multi-head output."""
     problem = data.draw(problems_for(variant, max_d=24), label="problem")
-    check_projection_pipeline_with_implementation_as_core(variant, problem)
-
-
-@reproducible
-def check_projection_pipeline_with_implementation_as_core(variant, problem) -> None:
-    """The check of test_projection_pipeline_with_implementation_as_core on one problem."""
     heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
     w_q, w_k, w_v, w_o = examples.projection_weights(problem)
     x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
@@ -139,7 +133,6 @@ def check_projection_pipeline_with_implementation_as_core(variant, problem) -> N
     allowance = product_allowance(core_allowance.carried(merge_heads, core_allowance.rule),
                                   merge_heads(out), w_o)
     trial.expect_close(got, expected, allowance, what="multi-head output", problem=through_weights)
-
 
 @checks("concat-then-output-projection", subject=TORCH_MHA)
 @given(heads=st.integers(1, 4), head_dim=head_dims(16), n=lengths(20), seed=seeds)

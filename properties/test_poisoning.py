@@ -51,7 +51,7 @@ def _expect_rows_untouched(trial: Trial, poisoned: Problem, rows: np.ndarray, *,
 
 
 @reproducible
-def check_hidden_poison(variant, problem: Problem, keys: list[int], poison: float) -> None:
+def _check_hidden_poison(variant, problem: Problem, keys: list[int], poison: float) -> None:
     trial = Trial(variant, problem)
     allowed = np.broadcast_to(trial.oracle()[0].allowed, problem.q.shape[:3] + (problem.n_k,))
     poisoned = _poison(problem, allowed, keys, poison)
@@ -67,7 +67,7 @@ def test_non_finite_causal_future_never_reaches_past_rows(variant, data):
     problem = data.draw(problems_for(variant, causal=True, min_n=2), label="problem")
     cut = data.draw(st.integers(1, problem.n_k - 1), label="first poisoned key")
     poison = data.draw(st.sampled_from(POISONS), label="poison")
-    check_hidden_poison(variant, problem, list(range(cut, problem.n_k)), poison)
+    _check_hidden_poison(variant, problem, list(range(cut, problem.n_k)), poison)
 
 
 @checks("hidden-non-finite-never-reaches-output")
@@ -81,7 +81,7 @@ def test_non_finite_masked_keys_never_reach_rows_that_cannot_see_them(variant, d
     assume(hidden_somewhere.size)
     keys = sorted(set(data.draw(st.lists(st.sampled_from(hidden_somewhere.tolist()), min_size=1, max_size=4),
                                 label="poisoned keys")))
-    check_hidden_poison(variant, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
+    _check_hidden_poison(variant, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
 
 
 @checks("hidden-non-finite-never-reaches-output")
@@ -100,7 +100,7 @@ def test_non_finite_keys_outside_the_window_or_under_a_hidden_bias_never_reach_r
     assume(hidden_somewhere.size)
     keys = sorted(set(data.draw(st.lists(st.sampled_from(hidden_somewhere.tolist()), min_size=1, max_size=4),
                                 label="poisoned keys")))
-    check_hidden_poison(variant, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
+    _check_hidden_poison(variant, problem, keys, data.draw(st.sampled_from(POISONS), label="poison"))
 
 
 @checks("visible-nan-propagates", "hidden-non-finite-never-reaches-output")
