@@ -66,7 +66,19 @@ FLOAT32_LOG_MAX = float(np.log(np.finfo(np.float32).max))  # 88.72
 LOG_MARGIN = 0.01
 
 
-class PaddedKeysWeightOverflow(Deviation):
+class _PaddedLastKeyTile(Deviation):
+    """A kernel's behaviour on the keys padding its last tile of `block_n`: only a non-causal call whose n_k is not a
+    multiple of the tile has such keys that every row reads."""
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.block_n = self.positive_int("block_n")
+
+    def pads_last_tile(self, call: Call) -> bool:
+        return not call.keywords.get("causal") and call.k.shape[2] % self.block_n != 0
+
+
+class PaddedKeysWeightOverflow(_PaddedLastKeyTile):
     name = "padded-keys-weight-overflow"
     summary = ("a non-causal backward whose dQ kernel weighs the keys padding its last key tile (loaded as zeros: "
                "score 0) by p = exp(0 - lse) without masking them (flash-attn's Triton backend): dS = p (0 - D_i) "
@@ -75,12 +87,8 @@ class PaddedKeysWeightOverflow(Deviation):
                "the row's dQ NaN; only where n_k is not a multiple of the tile")
     parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the dQ kernel"}
 
-    def __init__(self, **params: object) -> None:
-        super().__init__(**params)
-        self.block_n = self.positive_int("block_n")
-
     def non_finite_gradients(self, call):
-        if call.keywords.get("causal") or call.d_out is None or call.k.shape[2] % self.block_n == 0:
+        if call.d_out is None or not self.pads_last_tile(call):
             return {}
         log_weight = -call.oracle.lse
         delta = np.abs(np.sum(call.oracle.out * call.d_out, axis=-1))
@@ -91,21 +99,16 @@ class PaddedKeysWeightOverflow(Deviation):
         return {"dq": np.broadcast_to(rows[..., None], call.q.shape).copy()} if rows.any() else {}
 
 
-class PaddedKeysNanAtZeroScale(Deviation):
+class PaddedKeysNanAtZeroScale(_PaddedLastKeyTile):
     name = "padded-keys-nan-at-zero-scale"
     summary = ("the keys padding the last key tile are given the score -inf before the scores are multiplied by the "
                "scale (flash-attn's Triton forward): at scale 0, -inf x 0 is NaN, and every row of a non-causal call "
                "reads that tile, so its output and log-sum-exp are NaN; only where n_k is not a multiple of the tile")
     parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the forward kernel"}
 
-    def __init__(self, **params: object) -> None:
-        super().__init__(**params)
-        self.block_n = self.positive_int("block_n")
-
     def non_finite(self, call):
         scale = call.keywords.get("scale")
-        if (scale is None or float(scale) != 0.0 or call.keywords.get("causal")
-                or call.k.shape[2] % self.block_n == 0):
+        if scale is None or float(scale) != 0.0 or not self.pads_last_tile(call):
             return {}
         shape = call.oracle.out.shape
         return {"out": np.ones(shape, dtype=bool), "lse": np.ones(shape[:-1], dtype=bool)}
