@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from specs.problems import Problem
 
 
@@ -9,11 +11,12 @@ class PropertyViolation(AssertionError):
     """A property does not hold for an implementation.
 
     Hypothesis re-raises the exception of the smallest failing example, so the
-    report plugin reads the counterexample from these attributes.
+    report plugin reads the counterexample from these attributes. `repro` may be a function that writes the
+    snippet: it is called once, when the snippet is first read (shrinking raises many violations that nobody reads).
     """
 
     def __init__(self, summary: str, *, impl: str | None = None, problem: Problem | None = None,
-                 details: tuple[str, ...] = (), repro: str = "", claim: str | None = None,
+                 details: tuple[str, ...] = (), repro: str | Callable[[], str] = "", claim: str | None = None,
                  cotangent_seed: int | None = None) -> None:
         self.summary = summary
         # the seed of the d_out (specs.gradients.drawn_cotangent) of a failing backward called with the problem's
@@ -23,8 +26,22 @@ class PropertyViolation(AssertionError):
         self.impl = impl
         self.problem = problem
         self.details = tuple(details)
-        self.repro = repro
-        super().__init__(self.render())
+        self._repro = repro
+        super().__init__(summary)
+
+    @property
+    def repro(self) -> str:
+        """The reproduction snippet, written on first reading; where writing it raises (a problem whose code no
+        longer rebuilds it: specs.problems.CodeMismatch), a comment saying so, which the report shows."""
+        if callable(self._repro):
+            try:
+                self._repro = self._repro()
+            except Exception as exc:
+                self._repro = f"# no snippet: writing it raised {type(exc).__name__}: {exc}"
+        return self._repro
+
+    def __str__(self) -> str:
+        return self.render()
 
     def render(self) -> str:
         lines = [self.summary]
@@ -49,7 +66,7 @@ class PropertyViolation(AssertionError):
     def noted(self, note: str) -> PropertyViolation:
         """The same violation with `note` first among its details (what the declared deviations explained)."""
         return PropertyViolation(self.summary, impl=self.impl, problem=self.problem, details=(note, *self.details),
-                                 repro=self.repro, claim=self.claim, cotangent_seed=self.cotangent_seed)
+                                 repro=self._repro, claim=self.claim, cotangent_seed=self.cotangent_seed)
 
     def counterexample(self) -> dict:
         """The JSON form written to report.json."""

@@ -91,7 +91,7 @@ def _declare(running: RunningCheck, claims: tuple[str, ...], rows: tuple[Expecta
     indices = tuple(i for i, row in enumerate(running.variant.impl.expectations)
                     if row in rows and row.deviation.describe() in deviation_run.fired)
     running.declare(DeclaredExample(claims, failure.message(), deviation_run.summary(), indices,
-                                    failure.counterexample(), _problem_size(failure)))
+                                    failure.counterexample, _problem_size(failure)))
 
 
 def _undeclared_for(claims: tuple[str, ...], rows: tuple[Expectation, ...], fired: set[str]) -> list[str]:
@@ -143,7 +143,7 @@ def _accepted(running: RunningCheck, claims: tuple[str, ...], failure: PropertyV
                          if (claim, d) not in running.accepted]
     indices = tuple(i for i, row in enumerate(variant.impl.expectations)
                     if row.claim in claims and row.deviation.describe() in found.fired)
-    running.declare(DeclaredExample(claims, failure.message(), found.summary(), indices, failure.counterexample(),
+    running.declare(DeclaredExample(claims, failure.message(), found.summary(), indices, failure.counterexample,
                                     _problem_size(failure)))
     return True
 

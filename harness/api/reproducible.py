@@ -6,8 +6,9 @@ A property marks the module-level functions it runs its checks in with @reproduc
 as Python: a problem by its code (specs.problems.Problem.code, proved to rebuild it), a variant by its target and
 dtype, an object with reproduction_arguments (a Trial) by the call that makes it, anything else as a literal
 (specs.literals). A failure
-while such a check runs takes the innermost one whose arguments can all be written; Trial.fail falls back to the
-trial's own last call where none is running.
+while such a check runs takes the innermost one whose arguments can all be written (Trial.fail notes the running
+checks and writes the snippet only when it is read); it falls back to the trial's own last call where none is
+running.
 """
 
 from __future__ import annotations
@@ -55,9 +56,14 @@ def reproducible(check: Callable) -> Callable:
     return run
 
 
-def running_check_snippet() -> str | None:
-    """The snippet that calls the innermost running check whose arguments can be written, or None."""
-    for call in reversed(_RUNNING.get()):
+def running_checks() -> tuple[CheckCall, ...]:
+    """The @reproducible checks running now, outermost first (what first_check_snippet reads later)."""
+    return _RUNNING.get()
+
+
+def first_check_snippet(calls: tuple[CheckCall, ...]) -> str | None:
+    """The snippet that calls the innermost of `calls` whose arguments can be written, or None."""
+    for call in reversed(calls):
         try:
             return check_snippet(call)
         except (NotALiteral, CodeMismatch):

@@ -8,7 +8,9 @@ set `__tracebackhide__`, so pytest's traceback shows the property's line and the
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import NoReturn
 
 import numpy as np
@@ -21,7 +23,7 @@ from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
 from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbed_output, perturbed_report
 from harness.api.repro import call_line_for, index_code, repro_snippet
-from harness.api.reproducible import reproducible, running_check_snippet
+from harness.api.reproducible import first_check_snippet, reproducible, running_checks
 from harness.engine import run_context
 from harness.engine.backward import backward_of
 from harness.engine.call_replay import kept_call
@@ -228,21 +230,27 @@ class Trial:
 
     # -- verdicts -----------------------------------------------------------
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
-             script: str | None = None, claim: str | None = None,
+             script: str | Callable[[], str] | None = None, claim: str | None = None,
              observed: dict | None = None) -> NoReturn:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several;
         `observed`: what a property measured itself (a checker's report, a memory growth), which a declared
         deviation may explain (harness.api.explain.judge_report). Its repro calls the running @reproducible check
         again where there is one (harness.api.reproducible), else runs `script` (Python this trial generates from
-        its own comparison methods), else makes this trial's last call and prints its verdict."""
+        its own comparison methods, or a function that writes it), else makes this trial's last call and prints its
+        verdict. The snippet is written when the violation's repro is first read."""
         __tracebackhide__ = True
         summary, observed = perturbed_report(summary, observed or {})
         judge_report(summary, observed)
         problem = problem or self.problem
-        repro = running_check_snippet() or repro_snippet(
-            problem, target=self.variant.impl.target, dtype=self.variant.dtype, layout=self.layout,
-            causal_alignment=self.variant.capabilities.causal_alignment, call_line=self._last_call,
-            script=script, past_range=self.past_range, tensors=self.variant.capabilities.tensors)
+        checks, call_line = running_checks(), self._last_call  # as they are now: the snippet is written later
+
+        def repro() -> str:
+            return first_check_snippet(checks) or repro_snippet(
+                problem, target=self.variant.impl.target, dtype=self.variant.dtype, layout=self.layout,
+                causal_alignment=self.variant.capabilities.causal_alignment, call_line=call_line,
+                script=script() if callable(script) else script, past_range=self.past_range,
+                tensors=self.variant.capabilities.tensors)
+
         fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim,
                       cotangent_seed=self.cotangent_seed)
         violation = PropertyViolation(summary, **fields)
@@ -257,7 +265,8 @@ class Trial:
 
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
-                     problem: Problem | None = None, script: str | None = None, claim: str | None = None) -> float:
+                     problem: Problem | None = None, script: str | Callable[[], str] | None = None,
+                     claim: str | None = None) -> float:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere; else return the
         largest |error| / allowed (the headroom, for evidence)."""
         __tracebackhide__ = True
@@ -277,9 +286,10 @@ class Trial:
         __tracebackhide__ = True
         extra = self._derived_steps(transformed, "expect_unchanged")
         got, expected, bound = self.unchanged_comparison(transformed, got_index, expected_index)
-        replay = (f"unchanged_comparison(p, {_tuple_code(got_index)}, {_tuple_code(expected_index)})")
+        replay = f"unchanged_comparison(p, {_tuple_code(got_index)}, {_tuple_code(expected_index)})"
         return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
-                                 script=self._metamorphic_script(extra, replay, what, versus))
+                                 script=functools.partial(self._metamorphic_script, transformed, extra, replay,
+                                                          what, versus))
 
     def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> float:
         """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
@@ -292,7 +302,8 @@ class Trial:
         got, expected, bound = self.affine_comparison(transformed, a, b)
         replay = f"affine_comparison(p, {a!r}, np.array({np.asarray(b).tolist()!r}))"
         return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
-                                 script=self._metamorphic_script(extra, replay, what, versus))
+                                 script=functools.partial(self._metamorphic_script, transformed, extra, replay,
+                                                          what, versus))
 
     def unchanged_comparison(self, transformed: Problem, got_index: tuple = (...,),
                              expected_index: tuple = (...,)) -> tuple[np.ndarray, np.ndarray, Allowance]:
@@ -319,12 +330,14 @@ class Trial:
         extra = transformed.steps[len(self.problem.steps):]
         if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
             raise ValueError(f"{helper} needs a problem derived from the trial's own by Problem.derive")
-        check_code(transformed)  # its steps go into the repro script
         return tuple(extra)
 
-    def _metamorphic_script(self, extra: tuple[Step, ...], comparison: str, what: str, versus: str) -> str:
-        """The repro's lines after the input is rebuilt: the trial on it, the derivation's steps, then the same
-        comparison as the property's (`comparison`, a call on the trial), its verdict printed."""
+    def _metamorphic_script(self, transformed: Problem, extra: tuple[Step, ...], comparison: str, what: str,
+                            versus: str) -> str:
+        """The repro's lines after the input is rebuilt: the trial on it, the derivation's steps (`extra`, which
+        make `transformed`), then the same comparison as the property's (`comparison`, a call on the trial), its
+        verdict printed."""
+        check_code(transformed)
         return "\n".join([
             "from harness.api.trial import Trial",
             "from protocol.registry import Variant",

@@ -14,6 +14,7 @@ Anything else is an unexpected failure.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -50,7 +51,7 @@ class DeclaredExample:
     message: str  # the failure's message on the implementation's own outputs
     explained: str  # what the deviations explained (harness.engine.explanation.DeviationRun.summary)
     rows: tuple[int, ...]  # indices of the subject's rows whose deviation explained something
-    counterexample: dict
+    counterexample: Callable[[], dict]  # its JSON form, written when reported (the repro is written then)
     size: int  # elements of the example's q, k, v: the smallest is the one reported
 
 

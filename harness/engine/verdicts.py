@@ -141,11 +141,10 @@ def declared_outcomes(slugs: tuple[str, ...], prop: str, nodeid: str, examples: 
     for example in examples:
         why = "; ".join(dict.fromkeys(rows[i].why for i in example.rows))
         for slug in example.claims:
-            if slug not in slugs:
+            if slug not in slugs or slug in outcomes:
                 continue
             detail = f"{example.message}\n(declared: {example.explained})"
-            outcomes.setdefault(slug, Outcome("fail", nodeid, prop, detail, example.counterexample, expected=True,
-                                              why=why))
+            outcomes[slug] = Outcome("fail", nodeid, prop, detail, example.counterexample(), expected=True, why=why)
     return outcomes
 
 

@@ -42,6 +42,23 @@ def test_the_repro_of_a_failure_raises_it_again_with_its_worst_element_and_terms
     assert failure.value.details[0].startswith("worst element out[") and "(dominant)" in failure.value.details[2]
 
 
+def test_a_snippet_is_written_once_when_first_read():
+    """Shrinking raises many violations nobody reads: each holds the function that writes its snippet and calls it
+    on the first reading (the message, report.json's counterexample), once."""
+    written = []
+
+    def write() -> str:
+        written.append(1)
+        return "print('the snippet')"
+
+    violation = PropertyViolation("out differs", repro=write)
+    assert written == []
+    assert str(violation).endswith("reproduce:\n    print('the snippet')")
+    assert violation.counterexample()["repro"] == "print('the snippet')"
+    assert violation.noted("a note").repro == "print('the snippet')"
+    assert written == [1]
+
+
 def test_a_failure_outside_any_check_prints_the_verdict_of_the_trial_s_last_call():
     """A property's own comparison outside a @reproducible check: the snippet makes the trial's call and prints the
     verdict, FAIL with the worst element, count and terms."""

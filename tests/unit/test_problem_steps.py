@@ -148,15 +148,18 @@ def writes_its_input(p):
 
 
 def test_a_step_whose_line_does_not_rebuild_the_problem_is_refused():
-    """check_code catches it; the harness calls it before printing a snippet and on every metamorphic pair."""
+    """check_code catches it; the harness calls it before writing a snippet, so a metamorphic pair on it (its v
+    differs, so the pair fails) prints why it has no snippet instead of a line that rebuilds another problem."""
     problem = build(n_q=3, n_k=4, d=2, d_v=2, seed=1)
     bad = problem.derive(unseeded_values)
     with pytest.raises(CodeMismatch, match="does not rebuild its v"):
         check_code(bad)
     with pytest.raises(CodeMismatch):
         repro_snippet(bad, target=TILED, dtype="float64", layout="contiguous", causal_alignment="top_left")
-    with pytest.raises(CodeMismatch):
+    with pytest.raises(PropertyViolation) as failed:
         Trial(Variant(load_impl(TILED), "float64"), problem).expect_unchanged(bad, what="out", versus="out")
+    assert failed.value.repro.startswith("# no snippet: writing it raised CodeMismatch: the code of")
+    assert "does not rebuild its v" in str(failed.value)
 
 
 def test_what_would_print_a_misleading_line_is_refused():
