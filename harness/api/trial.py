@@ -9,7 +9,6 @@ set `__tracebackhide__`, so pytest's traceback shows the property's line and the
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -19,18 +18,15 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
 from harness.api.assertions import compare
+from harness.api.calls import ImplementationCalls
 from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
 from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbed_output, perturbed_report
 from harness.api.repro import call_line_for, index_code, repro_snippet
 from harness.api.reproducible import first_check_snippet, reproducible, running_checks
-from harness.engine import run_context
-from harness.engine.backward import backward_of
-from harness.engine.call_replay import kept_call
 from harness.engine.declarations import RUNNING, all_refuted
 from harness.engine.explanation import active
-from harness.engine.guarded_call import CallFailed, as_numpy, call_in_process, checked_array, non_finite_summary
-from harness.engine.isolation import call_isolated
+from harness.engine.guarded_call import CallFailed, as_numpy, checked_array, non_finite_summary
 from protocol.registry import Variant
 from specs.derivations import values_of
 from specs.dtypes import numpy_dtype
@@ -53,7 +49,10 @@ from specs.tolerance import (
 
 
 class Trial:
-    """Runs `variant` on problems derived from `problem` and checks what comes back."""
+    """Checks what `variant` returns on problems derived from `problem`. Its calls are `self.calls`'
+    (harness.api.calls: raw results or CallFailed); every way a check can fail ends in `fail`, which writes the
+    violation and says there whether a refuted seed sentence expects it, and the declared deviations judge the
+    example when it runs again under them (harness.api.explained_runs)."""
 
     def __init__(self, variant: Variant, problem: Problem, *, layout: str = "contiguous",
                  past_range: bool = False) -> None:
@@ -64,6 +63,7 @@ class Trial:
         # instead of rejected
         self.past_range = past_range
         self.dtype = numpy_dtype(variant.dtype)
+        self.calls = ImplementationCalls(variant, layout)  # the calls; this class judges what they return
         self._targets: list[str] = []
         self._drawn: tuple[int, np.ndarray] | None = None  # the last cotangent drawn, with its seed
         self.cotangent_seed: int | None = None  # that seed, while the last backward was called on it alone
@@ -118,29 +118,14 @@ class Trial:
         """Call the implementation on these q, k, v (the caller keeps them, to see what the call did to them);
         `global_seed` seeds the global generators where the call runs, just before it (harness.engine.call_state)."""
         __tracebackhide__ = True
-        impl = self.variant.impl
         kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
         self._last_call = call_line_for(extra, global_seed=global_seed)
         if extra.get("return_lse"):
             self._last_call = self._last_call.replace("out = ", "out, lse = ", 1)
-        started = time.perf_counter()
         try:
-            def call() -> object:
-                if impl.target in run_context.current().isolated_targets:
-                    return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
-                return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
-
-            raw = kept_call(call, "forward", impl.name, impl.target, arrays, self.layout, kwargs, global_seed)
-            raw = perturbed_output(self, problem, extra, raw)
+            raw = perturbed_output(self, problem, extra, self.calls.forward(arrays, kwargs, global_seed))
         except CallFailed as failure:
-            failure = perturbed_failure(self, problem, failure)
-            if failure.kind == "raised":
-                judge_raise(self, problem, failure.summary)
-            self.fail(failure.summary, problem)
-        finally:
-            running = RUNNING.get()
-            if running is not None:
-                running.call_seconds += time.perf_counter() - started
+            self._call_failed(problem, failure)
         return judge_output(self, problem, extra, raw)
 
     def cotangent(self, problem: Problem, seed: int) -> np.ndarray:
@@ -158,23 +143,22 @@ class Trial:
         __tracebackhide__ = True
         plain = self._drawn is not None and d_out is self._drawn[1] and not extra and not wrt
         self.cotangent_seed = self._drawn[0] if plain else None
-        started = time.perf_counter()
+        kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
         try:
-            impl, inputs = self.variant.impl, self.inputs(problem)
-            kwargs = {**problem.handed(self.variant.dtype).kwargs(), **extra}
-            grads = kept_call(lambda: backward_of(impl, *inputs, d_out, **kwargs, wrt=wrt),
-                              "backward", impl.name, impl.target, inputs, d_out, kwargs, wrt)
+            grads = self.calls.backward(self.inputs(problem), d_out, kwargs, wrt)
             grads = perturbed_gradients(self, problem, d_out, extra, wrt, grads)
         except CallFailed as failure:
-            failure = perturbed_failure(self, problem, failure)
-            if failure.kind == "raised":
-                judge_raise(self, problem, failure.summary)
-            self.fail(failure.summary, problem)
-        finally:
-            running = RUNNING.get()
-            if running is not None:
-                running.call_seconds += time.perf_counter() - started
+            self._call_failed(problem, failure)
         return judge_gradients(self, problem, d_out, extra, wrt, grads)
+
+    def _call_failed(self, problem: Problem, failure: CallFailed) -> NoReturn:
+        """A call that raised, crashed, ran past its limit or returned no array fails the trial, unless a declared
+        deviation explains the raise (judge_raise, while the example runs again under them)."""
+        __tracebackhide__ = True
+        failure = perturbed_failure(self, problem, failure)
+        if failure.kind == "raised":
+            judge_raise(self, problem, failure.summary)
+        self.fail(failure.summary, problem)
 
     def expect_raised(self, problem: Problem, accepted: str, **extra) -> str:
         """The summary of the error the implementation raises on `problem` (called with `extra`; a call that runs
