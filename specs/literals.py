@@ -5,7 +5,8 @@ expression's syntax tree back into the same value, bit for bit, and refuses anyt
 function, a name, an operator other than a sign). Together they let a problem's code be both what a user pastes and
 what specs.problem_code rebuilds, with no exec or eval. Written and read: None, bools, ints, floats (NaN and the
 infinities as float('nan'), float('inf')), strings, tuples, lists and string-keyed dicts of these, NumPy scalars
-(np.float32(-0.25)) and NumPy arrays (np.array([...], dtype=np.float16), 0-d included).
+(np.float32(-0.25)) and NumPy arrays (np.array([...], dtype=np.float16), 0-d included), and the parts of an index
+(`...` and slice(start, stop, step) of these).
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ class NotALiteral(ValueError):
 
 def literal_code(value: object) -> str:
     """`value` as the Python expression literal_value reads back to it (NumPy as np)."""
+    if value is Ellipsis:
+        return "..."
     if value is None or isinstance(value, (bool, str)):
         return repr(value)
+    if isinstance(value, slice) and all(_index_part(part) for part in (value.start, value.stop, value.step)):
+        return f"slice({', '.join(literal_code(part) for part in (value.start, value.stop, value.step))})"
     if isinstance(value, int):
         return repr(int(value))
     if isinstance(value, float):
@@ -49,7 +54,12 @@ def literal_code(value: object) -> str:
             raise NotALiteral(f"a NumPy scalar of dtype {value.dtype} is not written as a literal")
         return f"np.{dtype}({literal_code(value.item())})"
     raise NotALiteral(f"{type(value).__name__} {value!r} is not written as a literal: pass numbers, strings, "
-                      "tuples, lists, dicts with string keys, None, NumPy scalars or arrays")
+                      "tuples, lists, dicts with string keys, None, NumPy scalars or arrays, ... or slices")
+
+
+def _index_part(part: object) -> bool:
+    """Whether `part` may start, stop or step a slice literal: None or a plain int."""
+    return part is None or (isinstance(part, int) and not isinstance(part, bool))
 
 
 def _float_code(value: float) -> str:
@@ -62,7 +72,8 @@ def _float_code(value: float) -> str:
 
 def literal_value(node: ast.expr) -> object:
     """The value of an expression literal_code writes (its syntax tree), computed without running it."""
-    if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (bool, int, float, str))):
+    if isinstance(node, ast.Constant) and (node.value is None or node.value is Ellipsis
+                                           or isinstance(node.value, (bool, int, float, str))):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = literal_value(node.operand)
@@ -78,7 +89,7 @@ def literal_value(node: ast.expr) -> object:
     if isinstance(node, ast.Call):
         return _call_value(node)
     raise NotALiteral(f"{ast.unparse(node)!r} is not a literal (numbers, strings, tuples, lists, None, "
-                      "float('nan'), np.float32(...), np.array(...))")
+                      "float('nan'), np.float32(...), np.array(...), ..., slice(...))")
 
 
 def _call_value(node: ast.Call) -> object:
@@ -89,8 +100,13 @@ def _call_value(node: ast.Call) -> object:
             return float(text)
     if name.startswith("np.") and name[3:] in _NUMPY_SCALARS and len(node.args) == 1 and not node.keywords:
         return getattr(np, name[3:])(literal_value(node.args[0]))
+    if name == "slice" and len(node.args) == 3 and not node.keywords:
+        parts = [literal_value(arg) for arg in node.args]
+        if all(_index_part(part) for part in parts):
+            return slice(*parts)
     if name == "np.array" and len(node.args) == 1:
         dtype = {keyword.arg: ast.unparse(keyword.value) for keyword in node.keywords}
         if set(dtype) <= {"dtype"} and (not dtype or dtype["dtype"][3:] in _NUMPY_SCALARS):
             return np.array(literal_value(node.args[0]), dtype=getattr(np, dtype["dtype"][3:]) if dtype else None)
-    raise NotALiteral(f"{ast.unparse(node)!r} is not a literal call (float('nan'), np.float32(x), np.array(...))")
+    raise NotALiteral(f"{ast.unparse(node)!r} is not a literal call (float('nan'), np.float32(x), np.array(...), "
+                      "slice(start, stop, step) of ints or None)")

@@ -86,26 +86,11 @@ def cast_line(dtype: str) -> str:
     return f"import {EXTENSION_DTYPES[dtype]}\n{cast}" if is_extension(dtype) else cast
 
 
-def index_code(index: tuple) -> str:
-    """Python source for the items of an index tuple of Ellipsis, full slices and integer arrays, as they are
-    written inside a tuple's parentheses (a full slice as slice(None): `:` is a subscript's syntax only)."""
-    parts = []
-    for item in index:
-        if item is Ellipsis:
-            parts.append("...")
-        elif isinstance(item, slice) and item == slice(None):
-            parts.append("slice(None)")
-        else:
-            parts.append(repr(np.asarray(item).tolist()))
-    return ", ".join(parts)
-
-
 def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, causal_alignment: str,
-                  call_line: str | None = None, script: str | None = None, past_range: bool = False,
-                  tensors: str = "numpy") -> str:
+                  call_line: str | None = None, past_range: bool = False, tensors: str = "numpy") -> str:
     """Rebuild `problem`, load the implementation `target` (called with NumPy arrays however it takes them,
-    `tensors`: numpy_facing), lay the inputs out as the property did, then run `script` if given, else `call_line`
-    (default: call_line_for({})) and, when it assigns `out`, print the verdict of that output against the oracle
+    `tensors`: numpy_facing), lay the inputs out as the property did, then run `call_line` (default:
+    call_line_for({})) and, when it assigns `out`, print the verdict of that output against the oracle
     within specs.tolerance.forward_allowance (`past_range` as the trial judged it). It imports what it uses.
     Raises specs.problems.CodeMismatch if the snippet would rebuild another problem."""
     check_code(problem)
@@ -120,8 +105,6 @@ def repro_snippet(problem: Problem, *, target: str, dtype: str, layout: str, cau
     if layout != "contiguous":
         lines.append(f"q, k, v = (to_layout(x, {layout!r}) for x in (q, k, v))")
     imports = (*problem.imports(), *IMPORTS)
-    if script is not None:
-        return _with_imports(imports, lines + [script])
     call = call_line or call_line_for({})
     lines.append(call)
     if not re.search(r"^out = ", call, re.MULTILINE):

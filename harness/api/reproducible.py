@@ -23,7 +23,7 @@ from harness.api.repro import imports_used
 from protocol.registry import Variant
 from specs.literals import NotALiteral, literal_code
 from specs.problem_code import check_code
-from specs.problems import CodeMismatch, Problem
+from specs.problems import Problem
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,12 @@ def running_checks() -> tuple[CheckCall, ...]:
 
 
 def first_check_snippet(calls: tuple[CheckCall, ...]) -> str | None:
-    """The snippet that calls the innermost of `calls` whose arguments can be written, or None."""
+    """The snippet that calls the innermost of `calls` whose arguments can be written, or None. A problem whose
+    code does not rebuild it raises CodeMismatch: a step to mend, not a reason to print another check's call."""
     for call in reversed(calls):
         try:
             return check_snippet(call)
-        except (NotALiteral, CodeMismatch):
+        except NotALiteral:
             continue
     return None
 

@@ -8,8 +8,6 @@ set `__tracebackhide__`, so pytest's traceback shows the property's line and the
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import NoReturn
 
 import numpy as np
@@ -22,7 +20,7 @@ from harness.api.calls import ImplementationCalls
 from harness.api.evidence import DeclaredViolation, PropertyViolation
 from harness.api.explain import judge_acceptance, judge_gradients, judge_output, judge_raise, judge_report
 from harness.api.perturb import perturbed_failure, perturbed_gradients, perturbed_output, perturbed_report
-from harness.api.repro import call_line_for, index_code, repro_snippet
+from harness.api.repro import call_line_for, repro_snippet
 from harness.api.reproducible import first_check_snippet, reproducible, running_checks
 from harness.engine.declarations import RUNNING, all_refuted
 from harness.engine.explanation import active
@@ -32,8 +30,7 @@ from specs.derivations import values_of
 from specs.dtypes import numpy_dtype
 from specs.gradients import drawn_cotangent
 from specs.layouts import to_layout
-from specs.problem_code import check_code
-from specs.problems import Problem, Step, step_imports
+from specs.problems import Problem
 from specs.reference import AttentionResult, repeat_kv
 from specs.strategies import problems
 from specs.tolerance import (
@@ -163,18 +160,9 @@ class Trial:
     def expect_raised(self, problem: Problem, accepted: str, **extra) -> str:
         """The summary of the error the implementation raises on `problem` (called with `extra`; a call that runs
         past the limit or crashes is still a failure); if it returns instead, a failure saying it accepted
-        `accepted`."""
+        `accepted` (check_raises: its repro calls it again)."""
         __tracebackhide__ = True
-        try:
-            raw = self.call_raw(problem, **extra)
-        except PropertyViolation as violation:
-            if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
-                raise
-            return violation.__context__.summary
-        judge_acceptance(self, problem, raw, accepted)
-        returned = tuple(raw.shape) if hasattr(raw, "shape") else type(raw).__name__
-        self.fail(f"accepted {accepted} and returned {returned} instead of raising", problem,
-                  script="out = fn(q, k, v, **p.kwargs())\nprint('returned', tuple(out.shape), 'instead of raising')")
+        return check_raises(self, problem, accepted, **extra)
 
     def call(self, problem: Problem | None = None, *, global_seed: int | None = None, **extra) -> np.ndarray:
         """The implementation's output as float64, after checking its type, shape and dtype."""
@@ -214,7 +202,7 @@ class Trial:
 
     # -- verdicts -----------------------------------------------------------
     def fail(self, summary: str, problem: Problem | None = None, *, details: tuple[str, ...] = (),
-             script: str | Callable[[], str] | None = None, claim: str | None = None,
+             claim: str | None = None,
              observed: dict | None = None) -> NoReturn:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several;
         `observed`: what a property measured itself (a checker's report, a memory growth), which a declared
@@ -232,8 +220,7 @@ class Trial:
             return first_check_snippet(checks) or repro_snippet(
                 problem, target=self.variant.impl.target, dtype=self.variant.dtype, layout=self.layout,
                 causal_alignment=self.variant.capabilities.causal_alignment, call_line=call_line,
-                script=script() if callable(script) else script, past_range=self.past_range,
-                tensors=self.variant.capabilities.tensors)
+                past_range=self.past_range, tensors=self.variant.capabilities.tensors)
 
         fields = dict(impl=self.variant.name, problem=problem, details=details, repro=repro, claim=claim,
                       cotangent_seed=self.cotangent_seed)
@@ -249,8 +236,7 @@ class Trial:
 
     def expect_close(self, got: np.ndarray, expected: np.ndarray, allowance: Allowance, *,
                      what: str = "out", versus: str = "the float64 oracle",
-                     problem: Problem | None = None, script: str | Callable[[], str] | None = None,
-                     claim: str | None = None) -> float:
+                     problem: Problem | None = None, claim: str | None = None) -> float:
         """Fail, naming the worst element, unless |got - expected| <= allowance everywhere; else return the
         largest |error| / allowed (the headroom, for evidence)."""
         __tracebackhide__ = True
@@ -259,35 +245,28 @@ class Trial:
             self._target(comparison.ratio, what)
             return comparison.ratio
         self.fail(f"{what} differs from {versus} beyond the tolerance", problem, details=comparison.details,
-                  script=script, claim=claim)
+                  claim=claim)
 
     def expect_unchanged(self, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
                          expected_index: tuple = (...,)) -> float:
         """A metamorphic property: the output on `transformed` (at got_index) equals the output on
         this trial's problem (at expected_index), within specs.tolerance.metamorphic_allowance; returns the
-        largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive:
-        the repro replays its steps and prints the same comparison's verdict."""
+        largest |error| / allowed. `transformed` must come from this trial's problem through Problem.derive, so
+        the repro rebuilds it and calls the same comparison again (check_unchanged)."""
         __tracebackhide__ = True
-        extra = self._derived_steps(transformed, "expect_unchanged")
-        got, expected, bound = self.unchanged_comparison(transformed, got_index, expected_index)
-        replay = f"unchanged_comparison(p, {_tuple_code(got_index)}, {_tuple_code(expected_index)})"
-        return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
-                                 script=functools.partial(self._metamorphic_script, transformed, extra, replay,
-                                                          what, versus))
+        self._require_derived(transformed, "expect_unchanged")
+        return check_unchanged(self, transformed, what=what, versus=versus, got_index=got_index,
+                               expected_index=expected_index)
 
     def expect_affine_image(self, transformed: Problem, a: float, b: np.ndarray, *, what: str, versus: str) -> float:
         """A metamorphic property: the output on `transformed` equals a x (the output on this trial's problem) + b,
         a a scalar and b broadcasting to the output, within the two outputs' allowances and own rounding
         (metamorphic_allowance, with the expected side's carried through specs.tolerance.affine_image_allowance);
         returns the largest |error| / allowed. `transformed` must come from this trial's problem through
-        Problem.derive: the repro replays its steps and prints the same comparison's verdict."""
+        Problem.derive, so the repro rebuilds it and calls the same comparison again (check_affine_image)."""
         __tracebackhide__ = True
-        extra = self._derived_steps(transformed, "expect_affine_image")
-        got, expected, bound = self.affine_comparison(transformed, a, b)
-        replay = f"affine_comparison(p, {a!r}, np.array({np.asarray(b).tolist()!r}))"
-        return self.expect_close(got, expected, bound, what=what, versus=versus, problem=self.problem,
-                                 script=functools.partial(self._metamorphic_script, transformed, extra, replay,
-                                                          what, versus))
+        self._require_derived(transformed, "expect_affine_image")
+        return check_affine_image(self, transformed, a, b, what=what, versus=versus)
 
     def unchanged_comparison(self, transformed: Problem, got_index: tuple = (...,),
                              expected_index: tuple = (...,)) -> tuple[np.ndarray, np.ndarray, Allowance]:
@@ -310,28 +289,10 @@ class Trial:
         bound = difference_allowance(got_allowance + got_own, affine_image_allowance(allowance + own, a, out, b))
         return got, a * out + b, bound
 
-    def _derived_steps(self, transformed: Problem, helper: str) -> tuple[Step, ...]:
-        extra = transformed.steps[len(self.problem.steps):]
-        if transformed.steps[:len(self.problem.steps)] != self.problem.steps or not extra:
+    def _require_derived(self, transformed: Problem, helper: str) -> None:
+        if (transformed.steps[:len(self.problem.steps)] != self.problem.steps
+                or len(transformed.steps) == len(self.problem.steps)):
             raise ValueError(f"{helper} needs a problem derived from the trial's own by Problem.derive")
-        return tuple(extra)
-
-    def _metamorphic_script(self, transformed: Problem, extra: tuple[Step, ...], comparison: str, what: str,
-                            versus: str) -> str:
-        """The repro's lines after the input is rebuilt: the trial on it, the derivation's steps (`extra`, which
-        make `transformed`), then the same comparison as the property's (`comparison`, a call on the trial), its
-        verdict printed."""
-        check_code(transformed)
-        return "\n".join([
-            "from harness.api.trial import Trial",
-            "from protocol.registry import Variant",
-            *step_imports(extra),
-            f"trial = Trial(Variant(load_impl({self.variant.impl.target!r}), {self.variant.dtype!r}), p, "
-            f"layout={self.layout!r}, past_range={self.past_range!r})",
-            *(step.line() for step in extra),
-            f"got, expected, allowance = trial.{comparison}",
-            f"print(verdict(got, expected, allowance, what={what!r}, versus={versus!r}))",
-        ])
 
     def own_output(self, problem: Problem | None = None) -> tuple[np.ndarray, Allowance]:
         """The implementation's own output on `problem` (contiguous inputs), and the allowance for another of
@@ -364,11 +325,6 @@ class Trial:
         self._targets.append(label)
         if self.in_hypothesis and np.isfinite(ratio) and active() is None:  # a second run targets nothing anew
             target(ratio, label=label)
-
-
-def _tuple_code(index: tuple) -> str:
-    """Python source for an index tuple (harness.api.repro.index_code), as a tuple."""
-    return f"({index_code(index)},)"
 
 
 def problems_for(variant: Variant, **options) -> st.SearchStrategy[Problem]:
@@ -413,3 +369,37 @@ def check_out_and_lse_against_oracle(variant: Variant, problem: Problem, **extra
     except ToleranceUndefined:
         reject()  # the naive log-sum-exp overflows in this dtype: the rule has nothing to scale
     trial.expect_close(np.where(infinite, 0.0, lse), np.where(infinite, 0.0, oracle.lse), bound, what="lse")
+
+
+@reproducible
+def check_unchanged(trial: Trial, transformed: Problem, *, what: str, versus: str, got_index: tuple = (...,),
+                    expected_index: tuple = (...,)) -> float:
+    """Trial.expect_unchanged's comparison, a module-level check so that its repro calls it again."""
+    __tracebackhide__ = True
+    got, expected, bound = trial.unchanged_comparison(transformed, got_index, expected_index)
+    return trial.expect_close(got, expected, bound, what=what, versus=versus)
+
+
+@reproducible
+def check_affine_image(trial: Trial, transformed: Problem, a: float, b: np.ndarray, *, what: str,
+                       versus: str) -> float:
+    """Trial.expect_affine_image's comparison, a module-level check so that its repro calls it again."""
+    __tracebackhide__ = True
+    got, expected, bound = trial.affine_comparison(transformed, a, b)
+    return trial.expect_close(got, expected, bound, what=what, versus=versus)
+
+
+@reproducible
+def check_raises(trial: Trial, problem: Problem, accepted: str, **extra) -> str:
+    """Trial.expect_raised's check, a module-level one so that its repro calls it again: the summary of the error
+    the implementation raises on `problem`, or a failure saying it accepted `accepted`."""
+    __tracebackhide__ = True
+    try:
+        raw = trial.call_raw(problem, **extra)
+    except PropertyViolation as violation:
+        if not (isinstance(violation.__context__, CallFailed) and violation.__context__.kind == "raised"):
+            raise
+        return violation.__context__.summary
+    judge_acceptance(trial, problem, raw, accepted)
+    returned = tuple(raw.shape) if hasattr(raw, "shape") else type(raw).__name__
+    trial.fail(f"accepted {accepted} and returned {returned} instead of raising", problem)

@@ -169,16 +169,18 @@ def test_a_gradient_failure_s_repro_calls_the_same_check_again(dropout):
 
 
 def test_a_metamorphic_failure_s_repro_replays_the_same_comparison():
-    """A metamorphic property's repro (Trial.expect_unchanged) rebuilds the input, derives the transformed one by
-    the same steps and prints the verdict of the same comparison: the property's worst element and terms."""
+    """A metamorphic property's repro (Trial.expect_unchanged) rebuilds the input and the transformed one by the
+    same steps and calls the same comparison again (check_unchanged), which fails with the property's worst element
+    and terms."""
     variant = Variant(load_impl("zoo/declared.py:per_block_softmax"), "float64")
     problem = build(n_q=3, n_k=20, d=4, d_v=3, seed=1)  # two key blocks of 16, each normalised alone
     moved = problem.derive(positions_taken, keys=list(range(19, -1, -1)))
     with pytest.raises(PropertyViolation) as failure:
         Trial(variant, problem).expect_unchanged(moved, what="out(k, v permuted together)", versus="out")
-    printed = _printed(failure.value.repro)
-    assert printed[0] == f"FAIL: {failure.value.summary}"
-    assert printed[1:] == list(failure.value.details)
+    assert "= positions_taken(p, keys=[19, 18," in failure.value.repro
+    assert failure.value.repro.splitlines()[-2].startswith(
+        "check_unchanged(Trial(Variant(load_impl('zoo/declared.py:per_block_softmax'), 'float64'), problem_1, ")
+    assert_repro_fails_alike(failure.value)
 
 
 EMPTIED = build(batch=2, heads=2, n_q=4, n_k=5, d=4, d_v=3, seed=3, mask_layout="full").derive(

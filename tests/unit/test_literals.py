@@ -16,6 +16,7 @@ VALUES = [
     np.float64(0.5), np.float32(-0.25), np.float16(0.0), np.float16(6e-8), np.int64(3), np.bool_(True),
     np.array(0.5), np.array(-1.0, dtype=np.float32), np.array(2), np.array([[True, False]]),
     np.array([np.nan, -np.inf, 1e-310]), np.array([1, 2], dtype=np.int32),
+    ..., slice(None), slice(1, None, -2), (..., slice(None), [0, 2]),
 ]
 
 
@@ -41,7 +42,8 @@ def test_a_literal_is_read_back_bit_for_bit(value):
     assert _same(_read(literal_code(value)), value), literal_code(value)
 
 
-@pytest.mark.parametrize("value", [object(), {1: "a"}, {1}, np.array(["a"]), np.complex64(1j), slice(1, 2)],
+@pytest.mark.parametrize("value", [object(), {1: "a"}, {1}, np.array(["a"]), np.complex64(1j), slice(0.5),
+                                   slice(1, "a")],
                          ids=lambda value: type(value).__name__)
 def test_what_is_not_a_literal_is_refused_when_written(value):
     with pytest.raises(NotALiteral):
@@ -50,7 +52,8 @@ def test_what_is_not_a_literal_is_refused_when_written(value):
 
 @pytest.mark.parametrize("code", ["x", "p.q", "1 + 2", "np.ones(3)", "__import__('os')", "float('1e3')",
                                   "np.array([1], dtype=np.complex64)", "np.array([1], order='F')", "-'a'",
-                                  "{1: 'a'}", "{'a': x}", "lambda: 0", "print(1)"])
+                                  "{1: 'a'}", "{'a': x}", "lambda: 0", "print(1)", "slice(1)",
+                                  "slice(1.5, None, None)", "slice(x, None, None)", "Ellipsis"])
 def test_anything_else_is_refused_when_read(code):
     with pytest.raises(NotALiteral):
         _read(code)
