@@ -45,7 +45,7 @@ def attention_backward(q, k, v, d_out, *, model: Callable[..., AttentionResult] 
     k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
     # matmul: np.matmul's bits, float16 products too (the naive float16 baseline of the gradient rule)
     d_v = sum_groups(matmul(result.applied_weights.swapaxes(-1, -2), d_out), heads_kv)
-    d_s = _modified_score_gradient(result, v_all, d_out, kwargs)
+    d_s = score_gradient(result, v_all, d_out, kwargs)
     if result.mods.softcap > 0:
         cap = result.scores.dtype.type(result.mods.softcap)
         capped = np.tanh(matmul(q, k_all.swapaxes(-1, -2)) * result.scores.dtype.type(result.scale) / cap)
@@ -55,7 +55,7 @@ def attention_backward(q, k, v, d_out, *, model: Callable[..., AttentionResult] 
     return d_q, d_k, d_v
 
 
-def _modified_score_gradient(result, v_all: np.ndarray, d_out: np.ndarray, kwargs: dict) -> np.ndarray:
+def score_gradient(result, v_all: np.ndarray, d_out: np.ndarray, kwargs: dict) -> np.ndarray:
     """dL/dS of the scores after the cap, where ALiBi and the bias are added: P * (dP - rowsum(dO * O))."""
     d_p = matmul(d_out, v_all.swapaxes(-1, -2))
     if result.dropped is not None:  # W = P * keep / (1 - p): dL/dP = dL/dW * keep / (1 - p)
@@ -83,7 +83,7 @@ def score_mod_gradients(q, k, v, d_out, *, model: Callable[..., AttentionResult]
     grads = {}
     if kwargs.get("bias") is not None:
         v_all = repeat_kv(v, q.shape[1] // k.shape[1])
-        grads["bias"] = reduce_to_shape(_modified_score_gradient(result, v_all, d_out, kwargs),
+        grads["bias"] = reduce_to_shape(score_gradient(result, v_all, d_out, kwargs),
                                         np.shape(kwargs["bias"]))
     if kwargs.get("sinks") is not None:
         sinks = result.mods.sinks.astype(result.lse.dtype)

@@ -25,12 +25,14 @@ import numpy as np
 
 from harness.engine.explanation import DeviationRun, ExplainedStop, active
 from harness.engine.guarded_call import as_numpy
+from protocol.sharded_adapter import ADAPTER_KEYWORD, group_size
 from specs.derivations import inputs_garbled
 from specs.deviations import Call, DeviantModel, Deviation, finite_garbage
 from specs.deviations.reach import rows_to_gradients
+from specs.deviations.ring_backward import WORLD_SIZE
 from specs.gradients import attention_backward, score_mod_gradients
 from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance, lse_allowance
-from specs.validation import AttentionInputError
+from specs.validation import AttentionInputError, check_shapes
 
 NOT_JUDGED = ("dropout_p", "dropout_seed")  # calls whose outputs the oracle does not give without the mask
 GRADIENT_NAMES = {"dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dBias", "dsinks": "dSinks"}
@@ -42,7 +44,7 @@ def deviation_call(trial, problem, extra: Mapping | None = None, *, d_out: np.nd
     q, k, v = trial.exact_inputs(problem)
     return Call(q, k, v, problem.handed(trial.variant.dtype).kwargs(), trial.variant.dtype,
                 trial.variant.capabilities.causal_alignment, None if d_out is None else d_out.astype(np.float64),
-                _model_keywords(trial, extra or {}))
+                _model_keywords(trial, (q, k, v), extra or {}))
 
 
 def _where(mask: np.ndarray, name: str) -> str:
@@ -176,9 +178,14 @@ def _widened(judged, deviations, call: Call, name: str) -> None:
 
 
 
-def _model_keywords(trial, extra: Mapping) -> dict:
-    tiles = trial.variant.capabilities.tile_keywords
-    return {key: value for key, value in extra.items() if key in tiles}
+def _model_keywords(trial, inputs: tuple[np.ndarray, ...], extra: Mapping) -> dict:
+    """The call's tile keywords, and for a sharded implementation the group size its dense call ran on (what
+    protocol.sharded_adapter picks from the shape, or the world_size a property asked for)."""
+    caps = trial.variant.capabilities
+    tiles = {key: value for key, value in extra.items() if key in caps.tile_keywords}
+    if caps.sharded:
+        tiles[WORLD_SIZE] = group_size(check_shapes(*inputs, finite=False), caps, extra.get(ADAPTER_KEYWORD))
+    return tiles
 
 
 def judge_output(trial, problem, extra: Mapping, raw: object) -> object:
@@ -259,7 +266,7 @@ def _explain_each(outputs: list[_Judged], deviations, call: Call, keywords: Mapp
         read = call.read_by(tuple(other for other in deviations if other is not deviation))
         non_finite = deviation.non_finite_gradients(read) if gradients else deviation.non_finite(read)
         undefined = {} if gradients else deviation.undefined(read)
-        predicted = {} if gradients else deviation.predicted_values(read)
+        predicted = deviation.predicted_values(read)  # a backward call's predictions are of its gradients
         for judged in outputs:
             if everything:
                 judged.explain(deviation, np.ones(judged.got.shape, bool))

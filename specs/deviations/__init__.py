@@ -22,13 +22,14 @@ from specs.deviations.kernels import KERNEL_DEVIATIONS, MERGE_DEVIATIONS
 from specs.deviations.lse import LSE_DEVIATIONS
 from specs.deviations.poison import POISON_DEVIATIONS
 from specs.deviations.precision import PRECISION_DEVIATIONS
+from specs.deviations.ring_backward import RING_BACKWARD_DEVIATIONS
 from specs.deviations.rows import ROW_DEVIATIONS
 from specs.fill import finite_garbage
 
 # narrowest first: accept mode (harness.pytest_plugin.accept) tries them in this order
 CATALOGUE: dict[str, type[Deviation]] = {cls.name: cls for cls in (
     *ROW_DEVIATIONS, *IGNORED_DEVIATIONS, *POISON_DEVIATIONS, *LSE_DEVIATIONS, *ERROR_DEVIATIONS, *KERNEL_DEVIATIONS,
-    *PRECISION_DEVIATIONS, *MERGE_DEVIATIONS)}
+    *RING_BACKWARD_DEVIATIONS, *PRECISION_DEVIATIONS, *MERGE_DEVIATIONS)}
 
 
 class OwnDeviation(Deviation):

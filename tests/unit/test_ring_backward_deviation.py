@@ -1,0 +1,104 @@
+"""dq-accumulator-aliases-step-buffer (specs.deviations.ring_backward): its prediction of a rank's dQ against the
+ring backward re-enacted step by step (tests/fixtures/ring_dq_buffer.py), for 2, 3 and 4 ranks, causal or not, GQA;
+the harness hands it the group size a sharded call ran on; one more wrong element, or another wrong accumulation,
+is refused, and a correct backward passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.api.evidence import PropertyViolation
+from harness.api.explain import deviation_call, judge_gradients
+from harness.api.trial import Trial
+from harness.engine.explanation import DeviationRun, deviation_mode
+from protocol.expectation_rows import Expectation
+from protocol.registry import Variant, load_impl
+from specs.deviations import Call, deviation_from_fields
+from specs.derivations import with_keywords
+from specs.gradients import drawn_cotangent
+from specs.problems import build
+from specs.tolerance import gradient_allowance
+from tests.fixtures.ring_dq_buffer import ring_backward_dq
+
+NAME = "dq-accumulator-aliases-step-buffer"
+DEVIATION = deviation_from_fields(NAME, {}, "test")
+RING = "impls/distributed/distributed_records.py:ring"
+DENSE = "impls/numpy/numpy_reference.py:reference_attention"
+
+
+def _problem(causal: bool, gqa: bool):
+    return build(heads=4 if gqa else 2, heads_kv=2, n_q=12, n_k=12, d=4, d_v=4, seed=7, causal=causal)
+
+
+def _d_out(problem):
+    return drawn_cotangent(problem.q.shape[:3] + (problem.v.shape[-1],), 3, np.float64)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_prediction_is_the_re_enacted_ring_backward_within_its_allowance(world, causal, gqa, dtype):
+    problem = _problem(causal, gqa)
+    q, k, v = (x.astype(dtype).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = _d_out(problem).astype(dtype).astype(np.float64)
+    call = Call(q, k, v, problem.kwargs(), dtype, d_out=d_out, tiles={"world_size": world})
+    mask, predicted = DEVIATION.predicted_values(call)["dq"]
+    oracle = gradient_allowance(q, k, v, d_out, dtype=dtype, **problem.kwargs())
+    allowed = oracle.allowances[0].bound + DEVIATION.extra_allowance(call)["dq"]
+    got = ring_backward_dq(q, k, v, d_out, world=world, causal=causal, dtype=dtype)
+    assert mask.all()
+    assert np.all(np.abs(got - predicted) <= allowed)
+    beyond = np.abs(got - oracle.grads[0]) > oracle.allowances[0].bound
+    # float32: every rank past the first step doubles a share (causal rank 0 computes one step only); float16's
+    # copy leaves only bfloat16's rounding, which float16's gradient rule may or may not allow
+    if dtype == "float32":
+        assert beyond[:, :, 12 // world:].any()
+
+
+def test_a_forward_call_or_scores_it_does_not_model_get_no_prediction():
+    problem = _problem(False, False)
+    d_out = _d_out(problem)
+    assert DEVIATION.predicted_values(Call(problem.q, problem.k, problem.v, tiles={"world_size": 2})) == {}
+    assert DEVIATION.predicted_values(Call(problem.q, problem.k, problem.v, d_out=d_out)) == {}  # no group size
+    capped = problem.derive(with_keywords, softcap=5.0)
+    assert DEVIATION.predicted_values(Call(capped.q, capped.k, capped.v, capped.kwargs(), "float32", d_out=d_out,
+                                           tiles={"world_size": 2})) == {}
+
+
+def test_the_group_size_of_a_sharded_call_reaches_the_deviations():
+    problem = _problem(False, False)
+    ring = Trial(Variant(load_impl(RING), "float32"), problem)
+    assert deviation_call(ring, problem, {"world_size": 2}).tiles == {"world_size": 2}
+    assert deviation_call(ring, problem).tiles["world_size"] in (2, 3, 4)  # the adapter's choice for 12 positions
+    dense = Trial(Variant(load_impl(DENSE), "float32"), problem)
+    assert "world_size" not in deviation_call(dense, problem).tiles
+
+
+def _judged(grads, problem, d_out):
+    """judge_gradients on the ring record's float32 variant, two ranks, the deviation declared: the run."""
+    trial = Trial(Variant(load_impl(RING), "float32"), problem)
+    run = DeviationRun((Expectation("ring", "sharded-equals-global", "fixture", ("float32",), DEVIATION),))
+    with deviation_mode(run):
+        judge_gradients(trial, problem, d_out, {"world_size": 2}, (), grads)
+    return run
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_aliased_backward_is_explained_and_one_more_wrong_element_or_another_accumulation_is_not(causal):
+    problem = _problem(causal, True)
+    q, k, v = (x.astype(np.float32).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = _d_out(problem).astype(np.float32).astype(np.float64)
+    oracle = gradient_allowance(q, k, v, d_out, dtype="float32", **problem.kwargs())
+    _, dk, dv = oracle.grads
+    aliased = ring_backward_dq(q, k, v, d_out, world=2, causal=causal, dtype="float32")
+    assert _judged((aliased, dk, dv), problem, d_out).fired == {NAME}
+    assert _judged(oracle.grads, problem, d_out).fired == set()  # a correct backward conforms
+    one_off = aliased.copy()
+    one_off[0, 1, 7, 2] *= 1.01
+    halved = aliased.copy()
+    halved[:, :, 6:] /= 2  # the last share once: a buffer copied but the earlier steps dropped
+    for wrong in (one_off, halved):
+        with pytest.raises(PropertyViolation, match="declared deviations predict"):
+            _judged((wrong, dk, dv), problem, d_out)
