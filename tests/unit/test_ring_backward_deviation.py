@@ -14,8 +14,8 @@ from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, deviation_mode
 from protocol.expectation_rows import Expectation
 from protocol.registry import Variant, load_impl
-from specs.deviations import Call, deviation_from_fields
 from specs.derivations import with_keywords
+from specs.deviations import Call, deviation_from_fields
 from specs.gradients import drawn_cotangent
 from specs.problems import build
 from specs.tolerance import gradient_allowance
