@@ -265,7 +265,7 @@ def _explain_each(outputs: list[_Judged], deviations, call: Call, keywords: Mapp
         single = (single_results or {}).get(deviation)
         read = call.read_by(tuple(other for other in deviations if other is not deviation))
         non_finite = deviation.non_finite_gradients(read) if gradients else deviation.non_finite(read)
-        undefined = {} if gradients else deviation.undefined(read)
+        undefined = deviation.undefined(read)
         predicted = deviation.predicted_values(read)  # a backward call's predictions are of its gradients
         for judged in outputs:
             if everything:

@@ -177,7 +177,7 @@ class Deviation:
 
     def undefined(self, call: Call) -> dict[str, np.ndarray]:
         """Output name -> boolean mask of elements whose value is undefined (read from memory no thread wrote, or
-        wrote under a race): explained, with no value to meet."""
+        wrote under a race): explained, with no value to meet (a forward's out or lse, a backward's gradients)."""
         return {}
 
     def non_finite_gradients(self, call: Call) -> dict[str, np.ndarray]:

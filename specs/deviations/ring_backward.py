@@ -21,7 +21,10 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                "itself, not a copy: the next step writes its key block's share of dQ into that buffer and `dq += "
                "buffer` doubles it, so a rank that computes more than one block returns twice the share of the last "
                "(causal: key chunk 0; without a mask: the chunk of rank r + 1), and dQ comes back rounded to "
-               "bfloat16 for every dtype (ring-flash-attn 0.1.8's ring_flash_attn_backward, contiguous shards)")
+               "bfloat16 for every dtype; dK and dV of float32 inputs are undefined on two ranks or more: the first "
+               "step's are the buffers themselves too, sent on asynchronously while the next step overwrites them, "
+               "so what arrives depends on a race (ring-flash-attn 0.1.8's ring_flash_attn_backward, contiguous "
+               "shards)")
 
     def predicted_values(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """dQ of every rank of a backward call with plain scaled scores (causal or not), in float64 before the
@@ -35,6 +38,14 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         element already has, for a share sums a subset of the same terms."""
         dq = self._dq(call)
         return {} if dq is None else {"dq": SAFETY * unit_roundoff("bfloat16") * np.abs(dq)}
+
+    def undefined(self, call: Call) -> dict[str, np.ndarray]:
+        """dK and dV of a float32 backward on two ranks or more: the race of the first step's send with the next
+        step's write (the summary)."""
+        world = call.tiles.get(WORLD_SIZE)
+        if call.d_out is None or call.dtype != "float32" or world is None or world < 2:
+            return {}
+        return {"dk": np.ones(call.k.shape, dtype=bool), "dv": np.ones(call.v.shape, dtype=bool)}
 
     def _dq(self, call: Call) -> np.ndarray | None:
         """The ring's dQ in float64, or None where this deviation predicts nothing: a forward call, scores beyond

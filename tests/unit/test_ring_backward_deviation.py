@@ -1,7 +1,7 @@
 """dq-accumulator-aliases-step-buffer (specs.deviations.ring_backward): its prediction of a rank's dQ against the
 ring backward re-enacted step by step (tests/fixtures/ring_dq_buffer.py), for 2, 3 and 4 ranks, causal or not, GQA;
-the harness hands it the group size a sharded call ran on; one more wrong element, or another wrong accumulation,
-is refused, and a correct backward passes."""
+dK and dV undefined (a race) for float32 on two ranks or more only; the harness hands it the group size a sharded
+call ran on; one more wrong element, or another wrong accumulation, is refused, and a correct backward passes."""
 
 from __future__ import annotations
 
@@ -76,13 +76,31 @@ def test_the_group_size_of_a_sharded_call_reaches_the_deviations():
     assert "world_size" not in deviation_call(dense, problem).tiles
 
 
-def _judged(grads, problem, d_out):
-    """judge_gradients on the ring record's float32 variant, two ranks, the deviation declared: the run."""
-    trial = Trial(Variant(load_impl(RING), "float32"), problem)
-    run = DeviationRun((Expectation("ring", "sharded-equals-global", "fixture", ("float32",), DEVIATION),))
+def _judged(grads, problem, d_out, dtype="float32", world=2):
+    """judge_gradients on the ring record's variant, on `world` ranks, the deviation declared: the run."""
+    trial = Trial(Variant(load_impl(RING), dtype), problem)
+    run = DeviationRun((Expectation("ring", "sharded-equals-global", "fixture", (dtype,), DEVIATION),))
     with deviation_mode(run):
-        judge_gradients(trial, problem, d_out, {"world_size": 2}, (), grads)
+        judge_gradients(trial, problem, d_out, {"world_size": world}, (), grads)
     return run
+
+
+@pytest.mark.parametrize(("dtype", "world", "undefined"), [("float32", 2, True), ("float32", 1, False),
+                                                           ("float16", 2, False)])
+def test_dk_and_dv_are_undefined_for_float32_on_two_ranks_or_more_only(dtype, world, undefined):
+    """Garbage in dK and dV is explained where the race leaves them undefined, and refused elsewhere."""
+    problem = _problem(False, False)
+    q, k, v = (x.astype(dtype).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = _d_out(problem).astype(dtype).astype(np.float64)
+    oracle = gradient_allowance(q, k, v, d_out, dtype=dtype, **problem.kwargs())
+    dq = DEVIATION.predicted_values(Call(q, k, v, problem.kwargs(), dtype, d_out=d_out,
+                                         tiles={"world_size": world}))["dq"][1]
+    garbage = (dq, -oracle.grads[1], 3 * oracle.grads[2])
+    if undefined:
+        assert _judged(garbage, problem, d_out, dtype, world).fired == {NAME}
+    else:
+        with pytest.raises(PropertyViolation, match="dK differs from what the declared deviations predict"):
+            _judged(garbage, problem, d_out, dtype, world)
 
 
 @pytest.mark.parametrize("causal", [False, True])
