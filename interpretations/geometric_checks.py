@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.api.observe import ObservedWeights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from interpretations.exact_problems import EXACT_D, exact_problem
 from protocol.registry import Variant
@@ -240,16 +241,19 @@ def expect_value_affine_equivariance(variant: Variant, problem: Problem) -> floa
                                      versus=f"a out(V) + b (a = {A_VALUES:g}; each row's weights sum to 1)")
 
 
+@reproducible
 def check_cosine_attention(variant: Variant) -> float:
     """geometric-cosine-every-implementation on the variant's exact problem: the largest error / allowed."""
     return expect_cosine_attention(variant, exact_problem(variant, seed=100))
 
 
+@reproducible
 def check_key_translation(variant: Variant) -> float:
     """key-translation-invariance on the variant's exact problem: the largest error / allowed."""
     return expect_key_translation_invariance(variant, exact_problem(variant, seed=101))
 
 
+@reproducible
 def check_value_affine_map(variant: Variant) -> float:
     """value-affine-equivariance on the variant's exact problem: the largest error / allowed."""
     return expect_value_affine_equivariance(variant, exact_problem(variant, seed=102))

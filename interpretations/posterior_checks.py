@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.api.observe import observe_weights
+from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from interpretations.exact_problems import EXACT_D, exact_problem
 from protocol.registry import Variant
@@ -63,6 +64,7 @@ def with_prior(problem: Problem, logs: list[float]) -> Problem:
     return problem.derive(prior_appended, logs, float(np.sqrt(EXACT_D)))
 
 
+@reproducible
 def check_uniform_prior(variant: Variant) -> tuple[float, float]:
     """bayesian-uniform-prior-posterior-mean on the variant's exact problem: the weights' and the output's largest
     error / allowed."""
@@ -72,6 +74,7 @@ def check_uniform_prior(variant: Variant) -> tuple[float, float]:
                             claim_what="uniform prior, likelihood e^{s q.k_j}")
 
 
+@reproducible
 def check_log_prior_bias(variant: Variant) -> tuple[float, float]:
     """bayesian-prior-as-log-bias on the variant's exact problem of head dim 15 plus the prior's coordinate: the
     weights' and the output's largest error / allowed."""

@@ -39,6 +39,7 @@ SEED = 41_000
 EMPTY_FIRST_ROW = (None, None, 0)  # the mask entries hidden: every batch and head's first row
 
 
+@reproducible
 def _expect_oracle(variant, problem, what: str) -> None:
     """The output on `problem` (an edge derived into it) within the tolerance model of the oracle, the failure
     naming the keyword and the value in `what`."""

@@ -84,7 +84,7 @@ def check_snippet(call: CheckCall) -> str:
         lines, called = lines[:-1], re.sub(r"\bproblem_1\b", "p", called)
     body = "\n".join([*lines, called,
                       f"print('PASS: {name} holds on this input')  # reached once the implementation is fixed"])
-    imports = (*writer.imports, "from harness.api.trial import Trial",
+    imports = (*writer.imports, "import numpy as np", "from harness.api.trial import Trial",
                "from protocol.registry import Variant, load_impl", f"from {call.check.__module__} import {name}")
     return "\n".join([*dict.fromkeys(imports_used(imports, body)), body])
 
