@@ -19,7 +19,9 @@ from harness.pytest_plugin.stale_rows import record_names
 from impls.records import BUILTIN_TARGETS
 from protocol.expectations import load_table
 from protocol.registry import DEFAULT_BACKENDS, load_impl, load_targets
+from specs.deviations import Call, deviation_from_fields
 from specs.reference import attention
+from specs.tolerance import gradient_allowance
 from specs.varlen import pack_sequences, varlen_attention
 from tools import peers_page
 
@@ -538,6 +540,33 @@ def test_the_ring_flash_attn_adapter_runs_each_layout_as_the_oracle_reads_it(tar
     expected = attention(*(_numpy(x) for x in (q, k, v)), causal=causal, scale=0.3)
     np.testing.assert_allclose(_numpy(out), expected.out, atol=2e-6)
     np.testing.assert_allclose(_numpy(lse), expected.lse, atol=2e-6)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_ring_flash_attn_s_float32_dq_is_what_its_declared_deviation_predicts(world, causal):
+    """The library's own backward through the adapter, float32, 12 positions of dimension 8: every rank's dQ is
+    dq-accumulator-aliases-step-buffer's prediction within its allowance (the bfloat16 rounding), and not the
+    oracle's."""
+    pytest.importorskip("torch")
+    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((1, 1, 12, 8)).astype(np.float32).astype(np.float64) for _ in range(4)]
+    q, k, v = _torch(arrays[:3], "float32")
+    for x in (q, k, v):
+        x.requires_grad_()
+    out = impl.fn(q, k, v, causal=causal, world_size=world)  # the session's pool
+    out.backward(_torch(arrays[3:], "float32")[0])
+    call = Call(*arrays[:3], {"causal": causal} if causal else {}, "float32", d_out=arrays[3],
+                tiles={"world_size": world})
+    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
+    _, predicted = deviation.predicted_values(call)["dq"]
+    got = _numpy(q.grad)
+    oracle = gradient_allowance(*arrays, dtype="float32", causal=causal)
+    assert np.all(np.abs(got - predicted) <= oracle.allowances[0].bound + deviation.extra_allowance(call)["dq"])
+    assert np.any(np.abs(got - oracle.grads[0]) > oracle.allowances[0].bound)
 
 
 @pytest.mark.parametrize("causal", [False, True])
