@@ -207,8 +207,7 @@ class Trial:
         """Raise the violation; `claim` names the claim whose assertion failed when a property checks several;
         `observed`: what a property measured itself (a checker's report, a memory growth), which a declared
         deviation may explain (harness.api.explain.judge_report). Its repro calls the running @reproducible check
-        again where there is one (harness.api.reproducible), else runs `script` (Python this trial generates from
-        its own comparison methods, or a function that writes it), else makes this trial's last call and prints its
+        again where there is one (harness.api.reproducible), else makes this trial's last call and prints its
         verdict. The snippet is written when the violation's repro is first read."""
         __tracebackhide__ = True
         summary, observed = perturbed_report(summary, observed or {})
