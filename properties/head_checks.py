@@ -11,9 +11,11 @@ from harness.api.assertions import assert_within
 from harness.api.reproducible import reproducible
 from harness.api.trial import Trial
 from impls.seeds.seed_code.seed001_multihead import SEED_SPLIT_MERGE
-from specs.derivations import affinely_changed, heads_taken, values_of
+from protocol.registry import Variant
+from specs import examples
+from specs.derivations import affinely_changed, heads_taken, projected, values_of
 from specs.problems import Problem
-from specs.reference import attention, merge_heads, split_heads
+from specs.reference import attention, merge_heads, multi_head_attention, split_heads
 from specs.tolerance import Allowance, forward_allowance, product_allowance, value_shift_allowance
 
 TORCH_MHA = "torch.nn.MultiheadAttention"
@@ -129,3 +131,34 @@ def expect_split_merge(split, merge, q, k, v, num_head: int) -> None:
     merged = merge(heads_torch().from_numpy(per_head), batch)
     assert tuple(merged.shape) == tuple(q.shape), (
         f"attention per head, merged, has shape {tuple(merged.shape)}, not the query's {tuple(q.shape)}")
+
+
+@reproducible
+def check_projection_pipeline(variant: Variant, problem: Problem) -> None:
+    """test_projection_pipeline_with_implementation_as_core's check (seed 001 § multi-head: projections, heads,
+    attention, concat, W_O): the pipeline with the implementation as its per-head core equals the pipeline around the
+    float64 oracle, within the core's allowance carried through the concatenation and W_O."""
+    heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
+    w_q, w_k, w_v, w_o = examples.projection_weights(problem)
+    x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
+    through_weights = problem.derive(projected)
+    trial = Trial(variant, problem)
+    out = trial.call(through_weights)
+    oracle, core_allowance = trial.oracle(through_weights)
+
+    def core(result: np.ndarray):
+        """A per-head core returning `result`, computed on `through_weights` (what the repro rebuilds), once the
+        pipeline has handed it the same q, k, v."""
+        def run(q, k, v):
+            given = (through_weights.q, through_weights.k, through_weights.v)
+            same = all(np.array_equal(a, b) for a, b in zip((q, k, v), given, strict=True))
+            assert same, "multi_head_attention's per-head q, k, v differ from examples.project's"
+            return result
+        return run
+
+    got = multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, heads=heads, heads_kv=heads_kv, core=core(out))
+    expected = multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, heads=heads, heads_kv=heads_kv,
+                                    core=core(oracle.out))
+    allowance = product_allowance(core_allowance.carried(merge_heads, core_allowance.rule),
+                                  merge_heads(out), w_o)
+    trial.expect_close(got, expected, allowance, what="multi-head output", problem=through_weights)

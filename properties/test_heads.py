@@ -16,6 +16,7 @@ from harness.api.trial import Trial, problems_for
 from impls.seeds.seed_code.seed001_multihead import PSEUDO_CODE
 from properties.head_checks import (
     TORCH_MHA,
+    check_projection_pipeline,
     expect_concat_then_projection,
     expect_head_as_if_alone,
     expect_kv_head_read_by_its_group,
@@ -26,11 +27,8 @@ from properties.head_checks import (
     seed_split_merge,
     torch_multihead,
 )
-from specs import examples
-from specs.derivations import affinely_changed, kv_heads_repeated, projected
-from specs.reference import merge_heads, multi_head_attention
+from specs.derivations import affinely_changed, kv_heads_repeated
 from specs.strategies import head_dims, lengths
-from specs.tolerance import product_allowance
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -108,31 +106,7 @@ def test_projection_pipeline_with_implementation_as_core(variant, data):
     """x -> (x W_Q, x W_K, x W_V) -> heads -> attention -> concat -> W_O, with the implementation as the
     per-head core, against the same pipeline around the float64 oracle: the implementation's heads,
     concatenated in head order, give the oracle's multi-head output."""
-    problem = data.draw(problems_for(variant, max_d=24), label="problem")
-    heads, heads_kv = problem.q.shape[1], problem.k.shape[1]
-    w_q, w_k, w_v, w_o = examples.projection_weights(problem)
-    x_q, x_kv = merge_heads(problem.q), merge_heads(problem.k)
-    through_weights = problem.derive(projected)
-    trial = Trial(variant, problem)
-    out = trial.call(through_weights)
-    oracle, core_allowance = trial.oracle(through_weights)
-
-    def core(result: np.ndarray):
-        """A per-head core returning `result`, computed on `through_weights` (what the repro rebuilds), once the
-        pipeline has handed it the same q, k, v."""
-        def run(q, k, v):
-            given = (through_weights.q, through_weights.k, through_weights.v)
-            same = all(np.array_equal(a, b) for a, b in zip((q, k, v), given, strict=True))
-            assert same, "multi_head_attention's per-head q, k, v differ from examples.project's"
-            return result
-        return run
-
-    got = multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, heads=heads, heads_kv=heads_kv, core=core(out))
-    expected = multi_head_attention(x_q, x_kv, w_q, w_k, w_v, w_o, heads=heads, heads_kv=heads_kv,
-                                    core=core(oracle.out))
-    allowance = product_allowance(core_allowance.carried(merge_heads, core_allowance.rule),
-                                  merge_heads(out), w_o)
-    trial.expect_close(got, expected, allowance, what="multi-head output", problem=through_weights)
+    check_projection_pipeline(variant, data.draw(problems_for(variant, max_d=24), label="problem"))
 
 @checks("concat-then-output-projection", subject=TORCH_MHA)
 @given(heads=st.integers(1, 4), head_dim=head_dims(16), n=lengths(20), seed=seeds)
