@@ -32,15 +32,15 @@ class ImplementationCalls:
     def forward(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], kwargs: Mapping,
                 global_seed: int | None = None) -> object:
         """The raw output of a forward call (global_seed: harness.engine.call_state), or CallFailed."""
-        impl = self.variant.impl
+        impl, kwargs = self.variant.impl, dict(kwargs)
 
         def call() -> object:
             if impl.target in run_context.current().isolated_targets:
-                return call_isolated(impl.target, arrays, self.layout, dict(kwargs), global_seed)
-            return call_in_process(impl.fn, arrays, dict(kwargs), impl.capabilities.tensors, global_seed)
+                return call_isolated(impl.target, arrays, self.layout, kwargs, global_seed)
+            return call_in_process(impl.fn, arrays, kwargs, impl.capabilities.tensors, global_seed)
 
         with _timed():
-            return kept_call(call, "forward", impl.name, impl.target, arrays, self.layout, dict(kwargs), global_seed)
+            return kept_call(call, "forward", impl.name, impl.target, arrays, self.layout, kwargs, global_seed)
 
     def backward(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], d_out: np.ndarray, kwargs: Mapping,
                  wrt: tuple[str, ...]) -> tuple[np.ndarray, ...]:
