@@ -9,11 +9,12 @@ target (protocol.registry, as the isolation workers do), calls its sharded face 
 cotangents, takes autograd's vector-Jacobian product there, then sends back its output shard, its LSE shard and its
 gradients as NumPy.
 
-The group's timeout is GROUP_TIMEOUT_S: a collective waiting for a peer that never comes raises instead of hanging
-(a timeout verdict; a point-to-point receive that never completes is cut by the caller's call limit instead). Any
-failure (a rank raised, died, or the call was interrupted by the caller's time limit) fails the call with RankFailed,
-and the pool is closed and started afresh by the next call: a group that saw a failure may hold messages no rank
-received.
+The group's timeout is GROUP_TIMEOUT_S (INTERPRETED_GROUP_TIMEOUT_S where Triton kernels run under the interpreter,
+protocol.triton_interpreter, when the pool starts): a collective waiting for a peer that never comes raises instead
+of hanging (a timeout verdict; a point-to-point receive that never completes is cut by the caller's call limit
+instead). Any failure (a rank raised, died, or the call was interrupted by the caller's time limit) fails the call
+with RankFailed, and the pool is closed and started afresh by the next call: a group that saw a failure may hold
+messages no rank received.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def pool_size() -> int:
 
 POOL_SIZE = pool_size()
 GROUP_TIMEOUT_S = 5.0  # a collective waits this long for its peers (a few seconds: the calls here take milliseconds)
+# under Triton's interpreter one rank's block backward takes seconds (about 6 ms a program and key tile, a few hundred
+# of them at the interpreted max_seq's shards), and four ranks and two xdist workers share two cores: the peers'
+# ring steps measured past 5 s there, so a peer is waited for a minute (the call's own limit still bounds the call)
+INTERPRETED_GROUP_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 120.0  # the first start imports torch in the fork server, on a busy 2-core machine
 KINDS = ("raised", "timeout", "crashed")
 # what the fork server imports once, so that a pool started afresh after a failure is up in a fraction of a second
@@ -114,7 +119,14 @@ def _failure(exc: BaseException) -> tuple[str, str]:
     return ("timeout" if hang else "raised"), summary
 
 
-def _rank_main(rank: int, size: int, store_path: str, conn: Connection) -> None:
+def group_timeout_s() -> float:
+    """How long a collective of a pool started now waits for its peers."""
+    from protocol.triton_interpreter import interpreting
+
+    return INTERPRETED_GROUP_TIMEOUT_S if interpreting() else GROUP_TIMEOUT_S
+
+
+def _rank_main(rank: int, size: int, store_path: str, timeout_s: float, conn: Connection) -> None:
     """A rank: join the group, make the subgroups, then answer calls until the pipe closes."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the loopback only
     import torch
@@ -123,7 +135,7 @@ def _rank_main(rank: int, size: int, store_path: str, conn: Connection) -> None:
     from protocol.registry import load_impl
 
     torch.set_num_threads(1)
-    timeout = timedelta(seconds=GROUP_TIMEOUT_S)  # a subgroup takes its own (its default is half an hour)
+    timeout = timedelta(seconds=timeout_s)  # a subgroup takes its own (its default is half an hour)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, size), rank=rank, world_size=size,
                             timeout=timeout)
     groups = {world: dist.new_group(list(range(world)), timeout=timeout) for world in range(1, size + 1)}
@@ -164,15 +176,18 @@ class RankPool:
         self.size = size
         self.ranks: list[tuple[multiprocessing.Process, Connection]] = []
         self.store_dir: str | None = None
+        self.timeout_s = GROUP_TIMEOUT_S
 
     def _start(self) -> None:
         context = multiprocessing.get_context("forkserver")  # a rank forks from a server that imported torch once
         context.set_forkserver_preload(PRELOAD)
         self.store_dir = tempfile.mkdtemp(prefix="attention-ranks-")
         store = str(Path(self.store_dir) / "store")
+        self.timeout_s = group_timeout_s()
         for rank in range(self.size):
             ours, theirs = context.Pipe()
-            process = context.Process(target=_rank_main, args=(rank, self.size, store, theirs), daemon=True)
+            process = context.Process(target=_rank_main, args=(rank, self.size, store, self.timeout_s, theirs),
+                                      daemon=True)
             with _caller_main_hidden():
                 process.start()
             theirs.close()
@@ -210,7 +225,7 @@ class RankPool:
                     if status == "raised":
                         raise RankFailed(f"{payload} (rank {rank})", status)
                     if status == "timeout":
-                        raise RankFailed(f"rank {rank} waited for its peers past the group's {GROUP_TIMEOUT_S:g} s "
+                        raise RankFailed(f"rank {rank} waited for its peers past the group's {self.timeout_s:g} s "
                                          f"timeout: {payload}", status)
                     if status == "crashed":
                         raise RankFailed(f"rank {rank} died during the {what}{_how_it_ended(process)}", "crashed")

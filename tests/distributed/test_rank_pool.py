@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from harness.engine.guarded_call import CallFailed, call_in_process
-from protocol.rank_pool import GROUP_TIMEOUT_S, POOL
+from protocol.rank_pool import GROUP_TIMEOUT_S, INTERPRETED_GROUP_TIMEOUT_S, POOL, group_timeout_s
 from protocol.registry import load_impl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,3 +79,9 @@ def test_a_script_without_a_main_guard_calls_a_sharded_implementation(tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert (done.returncode, done.stdout.strip()) == (0, "same"), done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("1", INTERPRETED_GROUP_TIMEOUT_S), ("0", GROUP_TIMEOUT_S)])
+def test_a_pool_started_under_triton_s_interpreter_waits_longer_for_its_peers(monkeypatch, setting, expected):
+    monkeypatch.setenv("TRITON_INTERPRET", setting)
+    assert group_timeout_s() == expected
