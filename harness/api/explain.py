@@ -29,7 +29,7 @@ from protocol.sharded_adapter import ADAPTER_KEYWORD, group_size
 from specs.derivations import inputs_garbled
 from specs.deviations import Call, DeviantModel, Deviation, finite_garbage
 from specs.deviations.reach import rows_to_gradients
-from specs.deviations.ring_backward import WORLD_SIZE
+from specs.deviations.ring_backward import LAYOUT, WORLD_SIZE
 from specs.gradients import attention_backward, score_mod_gradients
 from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance, lse_allowance
 from specs.validation import AttentionInputError, check_shapes
@@ -180,11 +180,12 @@ def _widened(judged, deviations, call: Call, name: str) -> None:
 
 def _model_keywords(trial, inputs: tuple[np.ndarray, ...], extra: Mapping) -> dict:
     """The call's tile keywords, and for a sharded implementation the group size its dense call ran on (what
-    protocol.sharded_adapter picks from the shape, or the world_size a property asked for)."""
+    protocol.sharded_adapter picks from the shape, or the world_size a property asked for) and its shards' layout."""
     caps = trial.variant.capabilities
     tiles = {key: value for key, value in extra.items() if key in caps.tile_keywords}
     if caps.sharded:
         tiles[WORLD_SIZE] = group_size(check_shapes(*inputs, finite=False), caps, extra.get(ADAPTER_KEYWORD))
+        tiles[LAYOUT] = caps.sharding
     return tiles
 
 

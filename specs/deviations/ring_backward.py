@@ -1,43 +1,126 @@
 """Deviations of a sharded implementation's backward, read from the ring it runs (issue 39; seed 000 § Flash
-Attention's "tiled output equals global output", one level up): what a rank's dQ is when the ring keeps it wrongly.
-The group size and layout a call ran on are the call's (Call.tiles["world_size"], specs.sharding)."""
+Attention's "tiled output equals global output", one level up): what a rank's dQ and dK are when the ring keeps them
+wrongly. The group size and layout a call ran on are the call's (Call.tiles["world_size"] and ["layout"]).
+
+The model re-enacts, rank by rank, the steps of ring-flash-attn 0.1.8's three backwards (ring_flash_attn_backward,
+zigzag_ring_flash_attn_backward, stripe_flash_attn_backward): which query rows and key positions each step's block
+backward takes, which rows of the dQ buffer it writes, and which rows of dq the buffer is added to. A block's share is
+the global gradient restricted to its rows and keys (its weights use the global log-sum-exp the forward returned)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from specs.deviations.base import Call, Deviation
-from specs.gradients import score_gradient
 from specs.reference import repeat_kv
 from specs.sharding import shard_positions
-from specs.tolerance import SAFETY, unit_roundoff
+from specs.tolerance import SAFETY, gradient_allowance, unit_roundoff
 
 WORLD_SIZE = "world_size"  # the group size a sharded call ran on, in Call.tiles (harness.api.explain)
+LAYOUT = "layout"  # the layout its shards had (specs.sharding.LAYOUTS), in Call.tiles
+
+
+@dataclass(frozen=True)
+class BlockBackward:
+    """One block backward of a rank's step: the local query rows it takes (and the rows of out and dO it reads), the
+    global key positions, the dQ buffer rows its share is written to (zeroed first), and the dq rows that buffer is
+    then added to (None for the first block: dq = buffer.to(float32))."""
+
+    rows: slice
+    keys: np.ndarray
+    buffer: slice
+    into: slice | None
+
+
+def _ring_steps(rank: int, world: int, causal: bool, keys: tuple[np.ndarray, ...], n_local: int):
+    """ring_flash_attn_backward: step s takes the keys of rank r - s (causal: steps 0..r only) for every row."""
+    every = slice(0, n_local)
+    computed = range(rank + 1) if causal else range(world)
+    return [BlockBackward(every, keys[(rank - step) % world], every, None if step == 0 else every)
+            for step in computed]
+
+
+def _zigzag_steps(rank: int, world: int, keys: tuple[np.ndarray, ...], n_local: int):
+    """zigzag_ring_flash_attn_backward (causal): step 0 its own keys; a step s <= r the first half of rank r - s's
+    keys for every row; a later step all of them for the second half of the rows, its share written to the first
+    half of the buffer and added to the second half of dq."""
+    half, every = n_local // 2, slice(0, n_local)
+    steps = [BlockBackward(every, keys[rank], every, None)]
+    for step in range(1, world):
+        source = keys[(rank - step) % world]
+        steps.append(BlockBackward(every, source[:len(source) // 2], every, every) if step <= rank else
+                     BlockBackward(slice(half, n_local), source, slice(0, half), slice(half, n_local)))
+    return steps
+
+
+def _stripe_steps(rank: int, world: int, keys: tuple[np.ndarray, ...], n_local: int):
+    """stripe_flash_attn_backward (causal): a step s <= r takes rank r - s's keys for every row; a later step all but
+    their last for every row but the first, written to and added at those rows."""
+    every, tail = slice(0, n_local), slice(1, n_local)
+    return [BlockBackward(every, keys[(rank - step) % world], every, None if step == 0 else every)
+            if step <= rank else BlockBackward(tail, keys[(rank - step) % world][:-1], tail, tail)
+            for step in range(world)]
+
+
+def rank_steps(layout: str, causal: bool, rank: int, world: int, keys: tuple[np.ndarray, ...], n_local: int):
+    """The block backwards of one rank. zigzag and stripe assert causal=True and tell a non-causal caller to use the
+    ring; without a mask every key is read, so the ring's steps run on their shards (impls/peers/ring_flash_attn)."""
+    if causal and layout == "zigzag":
+        return _zigzag_steps(rank, world, keys, n_local)
+    if causal and layout == "stripe":
+        return _stripe_steps(rank, world, keys, n_local)
+    return _ring_steps(rank, world, causal, keys, n_local)
+
+
+def _d_out_as_read(d_out_local: np.ndarray, rows: slice) -> np.ndarray:
+    """The dO flash-attn's Triton backward uses in rowsum(O * dO) for a block over `rows` of a rank whose out was
+    copied contiguous (head dim 1): its preprocessing reads dO at that copy's strides, (batch, rows, heads) order,
+    from dO's element at rows.start, while the rank's dO lies in (batch, heads, n_local) order (the protocol's layout
+    transposed): element (b, h, m) is the storage's b * rows * heads + rows.start + m * heads + h."""
+    batch, heads, n_local = d_out_local.shape[:3]
+    length = rows.stop - rows.start
+    storage = d_out_local.reshape(batch * heads * n_local)
+    at = (np.arange(batch)[:, None, None] * length * heads + rows.start
+          + np.arange(length)[None, None, :] * heads + np.arange(heads)[None, :, None])
+    return storage[at][..., None]
 
 
 class DqAccumulatorAliasesStepBuffer(Deviation):
     name = "dq-accumulator-aliases-step-buffer"
     summary = ("a ring backward that keeps dQ as `step_buffer.to(float32)`, which for float32 inputs is the buffer "
-               "itself, not a copy: the next step writes its key block's share of dQ into that buffer and `dq += "
-               "buffer` doubles it, so a rank that computes more than one block returns twice the share of the last "
-               "(causal: key chunk 0; without a mask: the chunk of rank r + 1), and dQ comes back rounded to "
-               "bfloat16 for every dtype; dK and dV of float32 inputs are undefined on two ranks or more: the first "
-               "step's are the buffers themselves too, sent on asynchronously while the next step overwrites them, "
-               "so what arrives depends on a race (ring-flash-attn 0.1.8's ring_flash_attn_backward, contiguous "
-               "shards)")
+               "itself, not a copy: each later block backward writes its share into that buffer, which then is dq, "
+               "and `dq += buffer` doubles it (ring: a rank that computes more than one block returns twice the "
+               "share of the last; zigzag and stripe: their half- and shifted-row steps overwrite and add rows "
+               "likewise); the ring returns dQ rounded to bfloat16 for every dtype; dK and dV of float32 inputs "
+               "are undefined on two ranks or more: the first step's are the buffers themselves too, sent on "
+               "asynchronously while the next step overwrites them, so what arrives depends on a race. On "
+               "flash-attn's Triton backward, which reads dO at O's strides: a rank whose forward merged a block "
+               "over all its rows holds O with head dim 1 at a stride other than 1, the backward copies it "
+               "contiguous, and rowsum(O * dO) takes dO's elements from the wrong heads and rows, so dQ and dK "
+               "follow that sum (ring-flash-attn 0.1.8's three ring backwards, flash-attn 2.8.3's Triton backend)")
 
     def predicted_values(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """dQ of every rank of a backward call with plain scaled scores (causal or not), in float64 before the
-        bfloat16 rounding that extra_allowance allows."""
-        dq = self._dq(call)
-        return {} if dq is None else {"dq": (np.ones(dq.shape, dtype=bool), dq)}
+        """dQ of every rank (and dK, where a rank reads dO misplaced) of a backward call with plain scaled scores, in
+        float64 before the ring's bfloat16 rounding that extra_allowance allows."""
+        grads = self._gradients(call) or {}
+        return {name: (np.ones(value.shape, dtype=bool), value) for name, (value, _) in grads.items()}
 
     def extra_allowance(self, call: Call) -> dict[str, np.ndarray]:
-        """The bfloat16 rounding of the returned dQ, u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY). It also covers the
-        float32 rounding of the one block's share the rank doubles: that is within the float32 gradient rule the
-        element already has, for a share sums a subset of the same terms."""
-        dq = self._dq(call)
-        return {} if dq is None else {"dq": SAFETY * unit_roundoff("bfloat16") * np.abs(dq)}
+        """What the gradient rule, which bounds the oracle's terms at each element, does not cover: each block's
+        share is rounded to the inputs' dtype as its buffer takes it, and a returned element is at most twice one
+        buffer plus the others (u |share| summed over the shares it takes, twice, and twice again: SAFETY); a share
+        written to other rows than its own (zigzag's second-half step into the first half of the aliased buffer)
+        brings the error the gradient rule allows its own rows. The ring's dQ is also rounded to bfloat16: u_bf16
+        |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs' dtype."""
+        grads = self._gradients(call)
+        if grads is None:
+            return {}
+        allowed = {name: bound for name, (_, bound) in grads.items()}
+        if not self._returns_inputs_dtype(call):
+            allowed["dq"] = allowed["dq"] + SAFETY * unit_roundoff("bfloat16") * np.abs(grads["dq"][0])
+        return allowed
 
     def undefined(self, call: Call) -> dict[str, np.ndarray]:
         """dK and dV of a float32 backward on two ranks or more: the race of the first step's send with the next
@@ -47,9 +130,16 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
             return {}
         return {"dk": np.ones(call.k.shape, dtype=bool), "dv": np.ones(call.v.shape, dtype=bool)}
 
-    def _dq(self, call: Call) -> np.ndarray | None:
-        """The ring's dQ in float64, or None where this deviation predicts nothing: a forward call, scores beyond
-        scale q k^T (which it does not model), causal with n_q != n_k, or no group size on the call."""
+    @staticmethod
+    def _returns_inputs_dtype(call: Call) -> bool:
+        """zigzag and stripe return dq.to(q.dtype); the ring's backward returns dq.to(torch.bfloat16)."""
+        return bool(call.keywords.get("causal")) and call.tiles.get(LAYOUT, "contiguous") != "contiguous"
+
+    def _gradients(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+        """The re-enacted dQ (and dK where a rank reads dO misplaced) in float64, each with the error its shares
+        bring beyond the gradient rule (extra_allowance), or None where this deviation
+        predicts nothing: a forward call, scores beyond scale q k^T (which it does not model), causal with
+        n_q != n_k, or no group size on the call."""
         world = call.tiles.get(WORLD_SIZE)
         if call.d_out is None or world is None or call.poisoned:
             return None
@@ -58,20 +148,48 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         result = call.oracle
         if (causal and n_q != n_k) or result.mods.any or result.dropped is not None or "mask" in call.keywords:
             return None
+        layout = call.tiles.get(LAYOUT, "contiguous")
         k_all, v_all = (repeat_kv(x, call.group) for x in (call.k, call.v))
-        d_s = score_gradient(result, v_all, call.d_out, {})
-        rows, keys = shard_positions(n_q, world, "contiguous"), shard_positions(n_k, world, "contiguous")
-        dq = result.scale * (d_s @ k_all)
-        if call.dtype != "float32":  # .to(float32) copies: the accumulation is right
-            return dq
+        d_p = call.d_out @ v_all.swapaxes(-1, -2)
+        rows, keys = shard_positions(n_q, world, layout), shard_positions(n_k, world, layout)
+        # each array is (value, error bound): the bound follows the value's steps
+        dq, dk = np.zeros((2, *call.q.shape)), np.zeros((2, *k_all.shape))
+        rounding = SAFETY * 2 * unit_roundoff(call.dtype)
+        rows_rule = None  # the gradient rule's dQ bound at each row, for shares written to other rows
+        misread_any = False
         for rank in range(world):
-            computed = rank + 1 if causal else world  # steps 0..rank see key chunks rank, rank - 1, ..., 0
-            if computed < 2:
-                continue
-            last = keys[(rank - (computed - 1)) % world]  # the key chunk of the last step computed
-            share = result.scale * (d_s[:, :, rows[rank]][..., last] @ k_all[:, :, last])
-            dq[..., rows[rank], :] = 2 * share
-        return dq
+            held = rows[rank]
+            steps = rank_steps(layout, causal, rank, world, keys, len(held))
+            # the forward merges the same blocks; one over every row after the first replaces out by the merge's
+            # result, whose size-1 head dim torch strides by n_local: the backward copies that out contiguous
+            misread = call.q.shape[-1] == 1 and any(step.rows == steps[0].rows for step in steps[1:])
+            misread_any |= misread
+            buffer = np.zeros((2, *call.q.shape[:2], len(held), call.q.shape[-1]))
+            rank_dq = None
+            for step in steps:
+                at = held[step.rows]
+                read = _d_out_as_read(call.d_out[:, :, held], step.rows) if misread else call.d_out[:, :, at]
+                delta = np.sum(result.out[:, :, at] * read, axis=-1, keepdims=True)
+                d_s = result.weights[:, :, at][..., step.keys] * (d_p[:, :, at][..., step.keys] - delta)
+                dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
+                dk_share = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
+                bound = rounding * np.abs(dq_share)
+                if step.buffer != step.rows and call.dtype == "float32":  # into the aliased buffer's other rows
+                    if rows_rule is None:
+                        rows_rule = gradient_allowance(call.q, call.k, call.v, call.d_out, dtype=call.dtype,
+                                                       **call.oracle_keywords()).allowances[0].bound
+                    bound = bound + rows_rule[:, :, at]
+                buffer[..., step.buffer, :] = dq_share, bound
+                dk[..., step.keys, :] += dk_share, rounding * np.abs(dk_share)
+                if rank_dq is None:  # .to(float32) of a float32 buffer is the buffer
+                    rank_dq = buffer if call.dtype == "float32" else buffer.copy()
+                else:
+                    rank_dq[..., step.into, :] += buffer[..., step.buffer, :]
+            dq[..., held, :] = rank_dq
+        grads = {"dq": tuple(dq)}
+        if misread_any and call.dtype != "float32":  # float32 dK is undefined (the race)
+            grads["dk"] = tuple(dk.reshape(2, dk.shape[1], -1, call.group, *dk.shape[3:]).sum(axis=3))
+        return grads
 
 
 RING_BACKWARD_DEVIATIONS = (DqAccumulatorAliasesStepBuffer,)

@@ -1,7 +1,9 @@
-"""dq-accumulator-aliases-step-buffer (specs.deviations.ring_backward): its prediction of a rank's dQ against the
-ring backward re-enacted step by step (tests/fixtures/ring_dq_buffer.py), for 2, 3 and 4 ranks, causal or not, GQA;
-dK and dV undefined (a race) for float32 on two ranks or more only; the harness hands it the group size a sharded
-call ran on; one more wrong element, or another wrong accumulation, is refused, and a correct backward passes."""
+"""dq-accumulator-aliases-step-buffer (specs.deviations.ring_backward): its prediction of a rank's dQ (and of dK
+where flash-attn's backward reads dO misplaced) against the library's ring, zigzag and stripe backwards re-enacted in
+memory (tests/fixtures/ring_dq_buffer.py), for 2, 3 and 4 ranks, causal or not, GQA, head dim 1 or more; dK and dV
+undefined (a race) for float32 on two ranks or more only; the harness hands it the group size and layout a sharded
+call ran on; one more wrong element, another wrong accumulation or another misreading of dO is refused, and a
+correct backward passes."""
 
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ RING = "impls/distributed/distributed_records.py:ring"
 DENSE = "impls/numpy/numpy_reference.py:reference_attention"
 
 
-def _problem(causal: bool, gqa: bool):
-    return build(heads=4 if gqa else 2, heads_kv=2, n_q=12, n_k=12, d=4, d_v=4, seed=7, causal=causal)
+def _problem(causal: bool, gqa: bool, d: int = 4):
+    return build(batch=2, heads=4 if gqa else 2, heads_kv=2, n_q=24, n_k=24, d=d, d_v=d, seed=7, causal=causal)
 
 
 def _d_out(problem):
@@ -37,24 +39,29 @@ def _d_out(problem):
 
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_the_prediction_is_the_re_enacted_ring_backward_within_its_allowance(world, causal, gqa, dtype):
-    problem = _problem(causal, gqa)
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "stripe"])
+@pytest.mark.parametrize(("d", "gqa"), [(1, True), (4, False)])
+def test_the_prediction_is_the_re_enacted_ring_backward_within_its_allowance(world, causal, dtype, layout, d, gqa):
+    problem = _problem(causal, gqa, d)
     q, k, v = (x.astype(dtype).astype(np.float64) for x in (problem.q, problem.k, problem.v))
     d_out = _d_out(problem).astype(dtype).astype(np.float64)
-    call = Call(q, k, v, problem.kwargs(), dtype, d_out=d_out, tiles={"world_size": world})
-    mask, predicted = DEVIATION.predicted_values(call)["dq"]
+    call = Call(q, k, v, problem.kwargs(), dtype, d_out=d_out, tiles={"world_size": world, "layout": layout})
+    predicted, extra = DEVIATION.predicted_values(call), DEVIATION.extra_allowance(call)
     oracle = gradient_allowance(q, k, v, d_out, dtype=dtype, **problem.kwargs())
-    allowed = oracle.allowances[0].bound + DEVIATION.extra_allowance(call)["dq"]
-    got = ring_backward_dq(q, k, v, d_out, world=world, causal=causal, dtype=dtype)
-    assert mask.all()
-    assert np.all(np.abs(got - predicted) <= allowed)
-    beyond = np.abs(got - oracle.grads[0]) > oracle.allowances[0].bound
-    # float32: every rank past the first step doubles a share (causal rank 0 computes one step only); float16's
-    # copy leaves only bfloat16's rounding, which float16's gradient rule may or may not allow
-    if dtype == "float32":
-        assert beyond[:, :, 12 // world:].any()
+    got = ring_backward_dq(q, k, v, d_out, world=world, causal=causal, dtype=dtype, layout=layout)
+    for index, name in enumerate(("dq", "dk")):
+        if name not in predicted:  # dK: predicted where a rank misreads dO (float32's is undefined)
+            assert d > 1 or dtype == "float32"
+            continue
+        mask, value = predicted[name]
+        assert mask.all()
+        assert np.all(np.abs(got[index] - value) <= oracle.allowances[index].bound + extra[name])
+    beyond = np.abs(got[0] - oracle.grads[0]) > oracle.allowances[0].bound
+    # float32: every rank past its first block overwrites or doubles a share (causal rank 0 computes one block
+    # only); head dim 1: ranks past the first misread dO; float16's copy with head dims above 1 leaves only rounding
+    if dtype == "float32" or d == 1:
+        assert beyond[:, :, 24 // world:].any()
 
 
 def test_a_forward_call_or_scores_it_does_not_model_get_no_prediction():
@@ -70,8 +77,8 @@ def test_a_forward_call_or_scores_it_does_not_model_get_no_prediction():
 def test_the_group_size_of_a_sharded_call_reaches_the_deviations():
     problem = _problem(False, False)
     ring = Trial(Variant(load_impl(RING), "float32"), problem)
-    assert deviation_call(ring, problem, {"world_size": 2}).tiles == {"world_size": 2}
-    assert deviation_call(ring, problem).tiles["world_size"] in (2, 3, 4)  # the adapter's choice for 12 positions
+    assert deviation_call(ring, problem, {"world_size": 2}).tiles == {"world_size": 2, "layout": "contiguous"}
+    assert deviation_call(ring, problem).tiles["world_size"] in (2, 3, 4)  # the adapter's choice for 24 positions
     dense = Trial(Variant(load_impl(DENSE), "float32"), problem)
     assert "world_size" not in deviation_call(dense, problem).tiles
 
@@ -103,6 +110,14 @@ def test_dk_and_dv_are_undefined_for_float32_on_two_ranks_or_more_only(dtype, wo
             _judged(garbage, problem, d_out, dtype, world)
 
 
+def _one_element_between(predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """`predicted` with the element farthest from the true gradient moved halfway to it: neither."""
+    wrong = predicted.copy()
+    at = np.unravel_index(np.argmax(np.abs(predicted - true)), true.shape)
+    wrong[at] = (predicted[at] + true[at]) / 2
+    return wrong
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_aliased_backward_is_explained_and_one_more_wrong_element_or_another_accumulation_is_not(causal):
     problem = _problem(causal, True)
@@ -110,13 +125,26 @@ def test_the_aliased_backward_is_explained_and_one_more_wrong_element_or_another
     d_out = _d_out(problem).astype(np.float32).astype(np.float64)
     oracle = gradient_allowance(q, k, v, d_out, dtype="float32", **problem.kwargs())
     _, dk, dv = oracle.grads
-    aliased = ring_backward_dq(q, k, v, d_out, world=2, causal=causal, dtype="float32")
+    aliased, _ = ring_backward_dq(q, k, v, d_out, world=2, causal=causal, dtype="float32")
     assert _judged((aliased, dk, dv), problem, d_out).fired == {NAME}
     assert _judged(oracle.grads, problem, d_out).fired == set()  # a correct backward conforms
-    one_off = aliased.copy()
-    one_off[0, 1, 7, 2] *= 1.01
+    one_off = _one_element_between(aliased, oracle.grads[0])
     halved = aliased.copy()
-    halved[:, :, 6:] /= 2  # the last share once: a buffer copied but the earlier steps dropped
+    halved[:, :, 12:] /= 2  # the last share once: a buffer copied but the earlier steps dropped
     for wrong in (one_off, halved):
         with pytest.raises(PropertyViolation, match="declared deviations predict"):
             _judged((wrong, dk, dv), problem, d_out)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_misread_d_out_is_explained_in_dq_and_dk_and_half_of_it_is_not(causal):
+    """float16, head dim 1: dQ and dK follow rowsum(O * dO) taken from misplaced dO elements; one dK element that is
+    neither the prediction nor the true gradient is refused."""
+    problem = _problem(causal, True, d=1)
+    q, k, v = (x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = _d_out(problem).astype(np.float16).astype(np.float64)
+    oracle = gradient_allowance(q, k, v, d_out, dtype="float16", **problem.kwargs())
+    dq, dk = ring_backward_dq(q, k, v, d_out, world=3, causal=causal, dtype="float16")
+    assert _judged((dq, dk, oracle.grads[2]), problem, d_out, "float16", 3).fired == {NAME}
+    with pytest.raises(PropertyViolation, match="dK differs from what the declared deviations predict"):
+        _judged((dq, _one_element_between(dk, oracle.grads[1]), oracle.grads[2]), problem, d_out, "float16", 3)
