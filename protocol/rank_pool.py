@@ -135,9 +135,11 @@ def _rank_main(rank: int, size: int, store_path: str, timeout_s: float, conn: Co
     from protocol.registry import load_impl
 
     torch.set_num_threads(1)
-    timeout = timedelta(seconds=timeout_s)  # a subgroup takes its own (its default is half an hour)
+    # the default group only meets the ranks (the calls run on the subgroups): its rendezvous waits as long as the
+    # start does, for ranks forked on a busy machine arrive seconds apart (5 s timed out with two runs beside it)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, size), rank=rank, world_size=size,
-                            timeout=timeout)
+                            timeout=timedelta(seconds=START_TIMEOUT_S))
+    timeout = timedelta(seconds=timeout_s)  # a subgroup takes its own (its default is half an hour)
     groups = {world: dist.new_group(list(range(world)), timeout=timeout) for world in range(1, size + 1)}
     conn.send(("ready", None))
     impls = {}
