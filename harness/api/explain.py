@@ -29,7 +29,7 @@ from protocol.sharded_adapter import ADAPTER_KEYWORD, group_size
 from specs.derivations import inputs_garbled
 from specs.deviations import Call, DeviantModel, Deviation, finite_garbage
 from specs.deviations.reach import rows_to_gradients
-from specs.deviations.ring_backward import LAYOUT, WORLD_SIZE
+from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE
 from specs.gradients import attention_backward, score_mod_gradients
 from specs.tolerance import ToleranceUndefined, forward_allowance, gradient_allowance, lse_allowance
 from specs.validation import AttentionInputError, check_shapes
@@ -460,13 +460,14 @@ def judge_pack(trial, problem, arrays: tuple, raw: object, call_again) -> object
     return raw
 
 
-def judge_raise(trial, problem, summary: str) -> None:
-    """In deviation mode, end the run as explained when a declared deviation explains the call raising."""
+def judge_raise(trial, problem, summary: str, extra: Mapping | None = None) -> None:
+    """In deviation mode, end the run as explained when a declared deviation explains the call (made with `extra`)
+    raising."""
     run = active()
     if run is None:
         return
     error = summary.removeprefix("the implementation raised ")
-    call = deviation_call(trial, problem)
+    call = deviation_call(trial, problem, extra)
     for deviation in run.deviations:
         if deviation.explains_raise(call, error):
             run.record(deviation, f"the call raising {error.splitlines()[0][:120]}")

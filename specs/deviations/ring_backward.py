@@ -1,77 +1,21 @@
 """Deviations of a sharded implementation's backward, read from the ring it runs (issue 39; seed 000 § Flash
 Attention's "tiled output equals global output", one level up): what a rank's dQ and dK are when the ring keeps them
-wrongly. The group size and layout a call ran on are the call's (Call.tiles["world_size"] and ["layout"]).
+wrongly.
 
 The model re-enacts, rank by rank, the steps of ring-flash-attn 0.1.8's three backwards (ring_flash_attn_backward,
-zigzag_ring_flash_attn_backward, stripe_flash_attn_backward): which query rows and key positions each step's block
-backward takes, which rows of the dQ buffer it writes, and which rows of dq the buffer is added to. A block's share is
+zigzag_ring_flash_attn_backward, stripe_flash_attn_backward; their blocks are specs.deviations.ring_steps'): which
+query rows and key positions each step's block backward takes, which rows of the dQ buffer it writes, and which rows
+of dq the buffer is added to. A block's share is
 the global gradient restricted to its rows and keys (its weights use the global log-sum-exp the forward returned)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from specs.deviations.base import Call, Deviation
+from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, ring_schedule
 from specs.reference import repeat_kv
-from specs.sharding import shard_positions
 from specs.tolerance import SAFETY, gradient_allowance, unit_roundoff
-
-WORLD_SIZE = "world_size"  # the group size a sharded call ran on, in Call.tiles (harness.api.explain)
-LAYOUT = "layout"  # the layout its shards had (specs.sharding.LAYOUTS), in Call.tiles
-
-
-@dataclass(frozen=True)
-class BlockBackward:
-    """One block backward of a rank's step: the local query rows it takes (and the rows of out and dO it reads), the
-    global key positions, the dQ buffer rows its share is written to (zeroed first), and the dq rows that buffer is
-    then added to (None for the first block: dq = buffer.to(float32))."""
-
-    rows: slice
-    keys: np.ndarray
-    buffer: slice
-    into: slice | None
-
-
-def _ring_steps(rank: int, world: int, causal: bool, keys: tuple[np.ndarray, ...], n_local: int):
-    """ring_flash_attn_backward: step s takes the keys of rank r - s (causal: steps 0..r only) for every row."""
-    every = slice(0, n_local)
-    computed = range(rank + 1) if causal else range(world)
-    return [BlockBackward(every, keys[(rank - step) % world], every, None if step == 0 else every)
-            for step in computed]
-
-
-def _zigzag_steps(rank: int, world: int, keys: tuple[np.ndarray, ...], n_local: int):
-    """zigzag_ring_flash_attn_backward (causal): step 0 its own keys; a step s <= r the first half of rank r - s's
-    keys for every row; a later step all of them for the second half of the rows, its share written to the first
-    half of the buffer and added to the second half of dq."""
-    half, every = n_local // 2, slice(0, n_local)
-    steps = [BlockBackward(every, keys[rank], every, None)]
-    for step in range(1, world):
-        source = keys[(rank - step) % world]
-        steps.append(BlockBackward(every, source[:len(source) // 2], every, every) if step <= rank else
-                     BlockBackward(slice(half, n_local), source, slice(0, half), slice(half, n_local)))
-    return steps
-
-
-def _stripe_steps(rank: int, world: int, keys: tuple[np.ndarray, ...], n_local: int):
-    """stripe_flash_attn_backward (causal): a step s <= r takes rank r - s's keys for every row; a later step all but
-    their last for every row but the first, written to and added at those rows."""
-    every, tail = slice(0, n_local), slice(1, n_local)
-    return [BlockBackward(every, keys[(rank - step) % world], every, None if step == 0 else every)
-            if step <= rank else BlockBackward(tail, keys[(rank - step) % world][:-1], tail, tail)
-            for step in range(world)]
-
-
-def rank_steps(layout: str, causal: bool, rank: int, world: int, keys: tuple[np.ndarray, ...], n_local: int):
-    """The block backwards of one rank. zigzag and stripe assert causal=True and tell a non-causal caller to use the
-    ring; without a mask every key is read, so the ring's steps run on their shards (impls/peers/ring_flash_attn)."""
-    if causal and layout == "zigzag":
-        return _zigzag_steps(rank, world, keys, n_local)
-    if causal and layout == "stripe":
-        return _stripe_steps(rank, world, keys, n_local)
-    return _ring_steps(rank, world, causal, keys, n_local)
 
 
 def _d_out_as_read(d_out_local: np.ndarray, rows: slice) -> np.ndarray:
@@ -147,26 +91,21 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         bring beyond the gradient rule (extra_allowance), or None where this deviation
         predicts nothing: a forward call, scores beyond scale q k^T (which it does not model), causal with
         n_q != n_k, or no group size on the call."""
-        world = call.tiles.get(WORLD_SIZE)
-        if call.d_out is None or world is None or call.poisoned:
+        schedule = ring_schedule(call)
+        if call.d_out is None or schedule is None or call.poisoned:
             return None
-        causal = bool(call.keywords.get("causal"))
-        n_q, n_k = call.q.shape[2], call.k.shape[2]
         result = call.oracle
-        if (causal and n_q != n_k) or result.mods.any or result.dropped is not None or "mask" in call.keywords:
+        if ((call.keywords.get("causal") and call.q.shape[2] != call.k.shape[2]) or result.mods.any
+                or result.dropped is not None or "mask" in call.keywords):
             return None
-        layout = call.tiles.get(LAYOUT, "contiguous")
         k_all, v_all = (repeat_kv(x, call.group) for x in (call.k, call.v))
         d_p = call.d_out @ v_all.swapaxes(-1, -2)
-        rows, keys = shard_positions(n_q, world, layout), shard_positions(n_k, world, layout)
         # each array is (value, error bound): the bound follows the value's steps
         dq, dk = np.zeros((2, *call.q.shape)), np.zeros((2, *k_all.shape))
         rounding = SAFETY * 2 * unit_roundoff(call.dtype)
         rows_rule = None  # the gradient rule's dQ bound at each row, for shares written to other rows
         misread_any = False
-        for rank in range(world):
-            held = rows[rank]
-            steps = rank_steps(layout, causal, rank, world, keys, len(held))
+        for held, steps in schedule:
             # the forward merges the same blocks; one over every row after the first replaces out by the merge's
             # result, whose size-1 head dim torch strides by n_local: the backward copies that out contiguous
             misread = call.q.shape[-1] == 1 and any(step.rows == steps[0].rows for step in steps[1:])
