@@ -1,5 +1,6 @@
 """The deviations accept mode tries on a failing example nothing declared explains, narrowest first: a raised error
-becomes `rejects` with its type and the start of its text, a checker's report `checker-reports`, an accepted bad
+becomes `raises-on-empty-ring-block` with its type (explained only where the call's ring has an empty block), else
+`rejects` with its type and the start of its text, a checker's report `checker-reports`, an accepted bad
 input each documented reading, a measurement of resident memory `keeps-score-matrix`; any other failure each
 parameter setting of the catalogue's deviations that need no parameter from the failure."""
 
@@ -12,6 +13,9 @@ from specs.deviations import CATALOGUE, Deviation
 from specs.deviations.errors import ACCEPTS_READS, CheckerReports
 from specs.deviations.ignored import IGNORABLE
 
+# kernels' key tiles, the kernel run once on all the keys or once per block of a ring
+KEY_TILES = (*({"block_n": size} for size in (16, 32, 64, 128)),
+             *({"block_n": size, "ring_steps": True} for size in (16, 32, 64, 128)))
 # the parameter settings tried for deviations whose parameters the failure does not give
 SETTINGS: dict[str, tuple[dict, ...]] = {
     "keyless-row-mean": ({"masked_scores": "added"}, {"masked_scores": "replaced"}),
@@ -23,12 +27,12 @@ SETTINGS: dict[str, tuple[dict, ...]] = {
     "hidden-nonfinite-reaches-gradients": ({"gradients": ["dq"]}, {"gradients": ["dq", "dk"]},
                                            {"gradients": ["dq", "dv"]}, {"gradients": ["dq", "dk", "dv"]}),
     "ignores-keyword": tuple({"keyword": keyword} for keyword in IGNORABLE),
-    "padded-keys-weight-overflow": tuple({"block_n": size} for size in (16, 32, 64, 128)),  # kernels' key tiles
-    "padded-keys-nan-at-zero-scale": tuple({"block_n": size} for size in (16, 32, 64, 128)),
+    "padded-keys-weight-overflow": KEY_TILES,
+    "padded-keys-nan-at-nonpositive-scale": KEY_TILES,
     "merge-rounds-at-partial-size": tuple({"merges": ranks} for ranks in (2, 3, 4)),  # the sharded groups' sizes
 }
-NEEDS_THE_FAILURE = ("rejects", "accepts", "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone",
-                     "unwritten-shared-memory-read")
+NEEDS_THE_FAILURE = ("rejects", "raises-on-empty-ring-block", "accepts", "checker-reports", "keeps-score-matrix",
+                     "key-blocks-normalised-alone", "unwritten-shared-memory-read")
 RAISED = re.compile(r"^the implementation raised (\w+): (.*)")
 REPORTED = re.compile(r"^(memcheck|racecheck|synccheck) reports a defect in [^:]*: (.*)")
 WORDS = 8  # of an error's text, in the pattern accept mode writes
@@ -46,8 +50,9 @@ def _pattern(text: str) -> str:
 def candidates(failure: PropertyViolation) -> list[Deviation]:
     """What accept mode tries for `failure`, narrowest first."""
     raised = RAISED.match(failure.summary)
-    if raised:
-        return [CATALOGUE["rejects"](raises=raised.group(1), match=_pattern(raised.group(2)))]
+    if raised:  # a modelled condition before a pattern of the text
+        return [CATALOGUE["raises-on-empty-ring-block"](raises=raised.group(1)),
+                CATALOGUE["rejects"](raises=raised.group(1), match=_pattern(raised.group(2)))]
     reported = REPORTED.match(failure.summary)
     if reported:
         return [CheckerReports(checker=reported.group(1), match=_pattern(reported.group(2)))]

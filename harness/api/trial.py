@@ -122,7 +122,7 @@ class Trial:
         try:
             raw = perturbed_output(self, problem, extra, self.calls.forward(arrays, kwargs, global_seed))
         except CallFailed as failure:
-            self._call_failed(problem, failure)
+            self._call_failed(problem, failure, extra)
         return judge_output(self, problem, extra, raw)
 
     def cotangent(self, problem: Problem, seed: int) -> np.ndarray:
@@ -145,16 +145,16 @@ class Trial:
             grads = self.calls.backward(self.inputs(problem), d_out, kwargs, wrt)
             grads = perturbed_gradients(self, problem, d_out, extra, wrt, grads)
         except CallFailed as failure:
-            self._call_failed(problem, failure)
+            self._call_failed(problem, failure, extra)
         return judge_gradients(self, problem, d_out, extra, wrt, grads)
 
-    def _call_failed(self, problem: Problem, failure: CallFailed) -> NoReturn:
-        """A call that raised, crashed, ran past its limit or returned no array fails the trial, unless a declared
-        deviation explains the raise (judge_raise, while the example runs again under them)."""
+    def _call_failed(self, problem: Problem, failure: CallFailed, extra: dict) -> NoReturn:
+        """A call (made with `extra`) that raised, crashed, ran past its limit or returned no array fails the trial,
+        unless a declared deviation explains the raise (judge_raise, while the example runs again under them)."""
         __tracebackhide__ = True
-        failure = perturbed_failure(self, problem, failure)
+        failure = perturbed_failure(self, problem, failure, extra)
         if failure.kind == "raised":
-            judge_raise(self, problem, failure.summary)
+            judge_raise(self, problem, failure.summary, extra)
         self.fail(failure.summary, problem)
 
     def expect_raised(self, problem: Problem, accepted: str, **extra) -> str:

@@ -5,12 +5,14 @@ computed some documented way, a checker's report on a kernel, a measurement."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from specs.deviations.base import Call, Deviation, DeviationError, PatternDeviation
+from specs.deviations.ring_steps import ring_schedule
 
 ACCEPTS_READS = {
     "values-past-the-keys-ignored": "v longer than k: the values past the last key are never read",
@@ -35,13 +37,46 @@ class Rejects(PatternDeviation):
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
-        self.raises = params.get("raises")
-        if not isinstance(self.raises, str) or not self.raises.isidentifier():
-            raise DeviationError(f"rejects: `raises` names the exception's type (TypeError, ...), got {self.raises!r}")
+        self.raises = _exception_type(self.name, params.get("raises"))
 
     def explains_raise(self, call: Call, error: str) -> bool:
         kind, _, message = error.partition(": ")
         return kind == self.raises and self.pattern.search(message) is not None
+
+
+def _exception_type(deviation: str, raises: object) -> str:
+    """The declared `raises`, an exception's type name, or a DeviationError naming what it must be."""
+    if not isinstance(raises, str) or not raises.isidentifier():
+        raise DeviationError(f"{deviation}: `raises` names the exception's type (TypeError, ...), got {raises!r}")
+    return raises
+
+
+RANK_NAMED = re.compile(r"\(rank (\d+)\)$")  # how protocol.rank_pool names the rank whose error a call raises
+
+
+class RaisesOnEmptyRingBlock(Deviation):
+    name = "raises-on-empty-ring-block"
+    summary = ("a kernel that refuses an empty input run once per block of ring-flash-attn's ring "
+               "(specs.deviations.ring_steps): the stripe ring's steps after a rank's own take its rows but the "
+               "first and the keys but the last, none where each rank holds one position, and the kernel raises "
+               "`raises` on that rank (flash-attn's Triton forward asserts a bare AssertionError); a call none of "
+               "whose blocks is empty is not this behaviour, whatever it raises")
+    parameters: ClassVar[dict[str, str]] = {"raises": "the exception's type name"}
+
+    def __init__(self, **params: object) -> None:
+        super().__init__(**params)
+        self.raises = _exception_type(self.name, params.get("raises"))
+
+    def explains_raise(self, call: Call, error: str) -> bool:
+        """`error` is of the declared type and comes from a rank (where the error names one) that has an empty
+        block."""
+        schedule = ring_schedule(call)
+        if schedule is None or error.partition(": ")[0] != self.raises:
+            return False
+        empty = {rank for rank, (held, blocks) in enumerate(schedule)
+                 if any(held[block.rows].size == 0 or block.keys.size == 0 for block in blocks)}
+        named = RANK_NAMED.search(error.rstrip())
+        return bool(empty) and (named is None or int(named.group(1)) in empty)
 
 
 class Accepts(Deviation):
@@ -133,4 +168,4 @@ class KeepsScoreMatrix(Deviation):
         return matrix / 4 <= observed["resident_growth"] <= self.params.get("copies", 4) * matrix
 
 
-ERROR_DEVIATIONS = (Rejects, Accepts, CheckerReports, KeepsScoreMatrix)
+ERROR_DEVIATIONS = (Rejects, RaisesOnEmptyRingBlock, Accepts, CheckerReports, KeepsScoreMatrix)

@@ -11,7 +11,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from specs.deviations.base import Call, Deviation
+from specs.deviations.base import Call, Deviation, DeviationError
+from specs.deviations.ring_steps import ring_schedule
 from specs.reference import repeat_kv
 from specs.tolerance import SAFETY, unit_roundoff
 
@@ -67,15 +68,34 @@ LOG_MARGIN = 0.01
 
 
 class _PaddedLastKeyTile(Deviation):
-    """A kernel's behaviour on the keys padding its last tile of `block_n`: only a non-causal call whose n_k is not a
-    multiple of the tile has such keys that every row reads."""
+    """A kernel's behaviour on the keys padding its last tile of `block_n`: only a kernel call without the causal mask
+    on a number of keys not a multiple of the tile has such keys, and every row it takes reads them. Declared with
+    ring_steps, the kernel runs once per block of ring-flash-attn's ring (specs.deviations.ring_steps), on one rank's
+    keys at a time; otherwise once over the call's keys (a dense call, or Ulysses' over every key)."""
 
     def __init__(self, **params: object) -> None:
         super().__init__(**params)
         self.block_n = self.positive_int("block_n")
+        self.ring_steps = params.get("ring_steps", False)
+        if not isinstance(self.ring_steps, bool):
+            raise DeviationError(f"{self.name}: ring_steps is true or false ({self.parameters['ring_steps']}), got "
+                                 f"{self.ring_steps!r}")
 
-    def pads_last_tile(self, call: Call) -> bool:
-        return not call.keywords.get("causal") and call.k.shape[2] % self.block_n != 0
+    def padded_rows(self, call: Call) -> np.ndarray:
+        """(batch, heads, n_q): the query rows some kernel call of `call` takes with padded keys unmasked."""
+        rows = np.zeros(call.q.shape[:3], dtype=bool)
+        schedule = ring_schedule(call) if self.ring_steps else None
+        if schedule is None:
+            rows[...] = not call.keywords.get("causal") and call.k.shape[2] % self.block_n != 0
+            return rows
+        for held, blocks in schedule:
+            for block in blocks:
+                if not block.causal and len(block.keys) % self.block_n != 0:
+                    rows[:, :, held[block.rows]] = True
+        return rows
+
+
+RING_STEPS = "true: the kernel runs once per block of ring-flash-attn's ring, on one rank's keys (absent: once on all)"
 
 
 class PaddedKeysWeightOverflow(_PaddedLastKeyTile):
@@ -85,33 +105,38 @@ class PaddedKeysWeightOverflow(_PaddedLastKeyTile):
                "with D_i = <out_i, dO_i> multiplies a zero key, harmless while finite; but where p overflows float32 "
                "(lse < -88.72) or dS overflows the inputs' dtype (float16: -lse + ln|D_i| > 11.09), inf x 0 makes "
                "the row's dQ NaN; only where n_k is not a multiple of the tile")
-    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the dQ kernel"}
+    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the dQ kernel", "ring_steps": RING_STEPS}
 
     def non_finite_gradients(self, call):
-        if call.d_out is None or not self.pads_last_tile(call):
+        padded = self.padded_rows(call)
+        if call.d_out is None or not padded.any():
             return {}
         log_weight = -call.oracle.lse
         delta = np.abs(np.sum(call.oracle.out * call.d_out, axis=-1))
         with np.errstate(divide="ignore"):
             log_ds = log_weight + np.log(delta)
         ceiling = min(FLOAT32_LOG_MAX, float(np.log(np.finfo(call.dtype).max)))
-        rows = (log_weight > FLOAT32_LOG_MAX + LOG_MARGIN) | (log_ds > ceiling + LOG_MARGIN)
+        rows = padded & ((log_weight > FLOAT32_LOG_MAX + LOG_MARGIN) | (log_ds > ceiling + LOG_MARGIN))
         return {"dq": np.broadcast_to(rows[..., None], call.q.shape).copy()} if rows.any() else {}
 
 
-class PaddedKeysNanAtZeroScale(_PaddedLastKeyTile):
-    name = "padded-keys-nan-at-zero-scale"
+class PaddedKeysNanAtNonpositiveScale(_PaddedLastKeyTile):
+    name = "padded-keys-nan-at-nonpositive-scale"
     summary = ("the keys padding the last key tile are given the score -inf before the scores are multiplied by the "
-               "scale (flash-attn's Triton forward): at scale 0, -inf x 0 is NaN, and every row of a non-causal call "
-               "reads that tile, so its output and log-sum-exp are NaN; only where n_k is not a multiple of the tile")
-    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the forward kernel"}
+               "scale (flash-attn's Triton forward): at scale 0, -inf x 0 is NaN; below 0, -inf x scale is +inf, the "
+               "row's maximum, and exp(inf - inf) NaN; every row a kernel call without the causal mask takes reads "
+               "that tile, so its output and log-sum-exp are NaN; only where the call's keys are not a multiple of "
+               "the tile")
+    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the forward kernel", "ring_steps": RING_STEPS}
 
     def non_finite(self, call):
         scale = call.keywords.get("scale")
-        if scale is None or float(scale) != 0.0 or not self.pads_last_tile(call):
+        if scale is None or float(scale) > 0.0:
             return {}
-        shape = call.oracle.out.shape
-        return {"out": np.ones(shape, dtype=bool), "lse": np.ones(shape[:-1], dtype=bool)}
+        rows = self.padded_rows(call)
+        if not rows.any():
+            return {}
+        return {"out": np.broadcast_to(rows[..., None], call.oracle.out.shape).copy(), "lse": rows}
 
 
 class MergeRoundsAtPartialSize(Deviation):
@@ -146,6 +171,6 @@ class MergeRoundsAtPartialSize(Deviation):
         return {"out": np.broadcast_to(out, result.out.shape).copy(), "lse": lse[..., 0]}
 
 
-KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow, PaddedKeysNanAtZeroScale)
+KERNEL_DEVIATIONS = (UnwrittenSharedMemoryRead, PaddedKeysWeightOverflow, PaddedKeysNanAtNonpositiveScale)
 # widens every element a row sees: the broadest of the catalogue, so accept mode tries it last
 MERGE_DEVIATIONS = (MergeRoundsAtPartialSize,)

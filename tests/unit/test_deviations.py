@@ -174,10 +174,15 @@ CASES = {
                                          entries_set, "q", (), 3.0).derive(with_keywords, scale=1.0),
                                      "float32", {}, None),
     "float32-result": ("float32_result", {"deviation": "float32-result"}, BASE, "float64", {}, None),
-    # 6 keys in tiles of 4: two padding keys whose -inf x 0 is NaN in every row
-    "padded-keys-nan-at-zero-scale": ("padded_tile_scaled_after_masking",
-                                      {"deviation": "padded-keys-nan-at-zero-scale", "block_n": 4},
-                                      BASE.derive(with_keywords, scale=0.0), "float64", {}, None),
+    # 6 keys in tiles of 4: two padding keys whose -inf x 0 is NaN in every row; below 0, -inf x scale = +inf is the
+    # row's maximum and inf - inf NaN
+    "padded-keys-nan-at-nonpositive-scale": ("padded_tile_scaled_after_masking",
+                                             {"deviation": "padded-keys-nan-at-nonpositive-scale", "block_n": 4},
+                                             BASE.derive(with_keywords, scale=0.0), "float64", {}, None),
+    "padded-keys-nan-at-nonpositive-scale, below 0": ("padded_tile_scaled_after_masking",
+                                                      {"deviation": "padded-keys-nan-at-nonpositive-scale",
+                                                       "block_n": 4},
+                                                      BASE.derive(with_keywords, scale=-0.5), "float64", {}, None),
 
     # a scale bfloat16 cannot hold (303 / 64 needs 9 bits): rounded to the dtype, it would move every score
     "scores-rounded-before-softmax": ("scores_rounded_in_half_precision",
@@ -261,20 +266,21 @@ def test_a_deviation_refuses_one_more_wrong_element(case):
         trial.call_raw(problem, **extra)
 
 
-def test_padded_keys_nan_at_zero_scale_predicts_only_padded_non_causal_calls_at_scale_zero():
-    """NaN in every row where the last tile is padded, the call is not causal and the scale is 0; nothing where the
-    keys fill their tiles, the call is causal (its mask, applied after the scale, hides the padding) or the scale is
-    another."""
-    deviation = deviation_from_fields("padded-keys-nan-at-zero-scale", {"block_n": 4}, "test")
+def test_padded_keys_nan_at_nonpositive_scale_predicts_only_padded_non_causal_calls_at_scale_0_or_below():
+    """NaN in every row where the last tile is padded, the call is not causal and the scale is 0 (-0.0 too) or
+    negative; nothing where the keys fill their tiles, the call is causal (its mask, applied after the scale, hides
+    the padding) or the scale is positive, however small."""
+    deviation = deviation_from_fields("padded-keys-nan-at-nonpositive-scale", {"block_n": 4}, "test")
     p = BASE  # 6 keys
 
     def predicted(n_k=6, **keywords):
         problem = build(batch=2, heads=2, n_q=4, n_k=n_k, d=4, d_v=3, seed=5)
         return deviation.non_finite(Call(problem.q, problem.k, problem.v, keywords))
 
-    assert predicted(scale=0.0)["out"].all() and predicted(scale=0.0)["lse"].shape == p.q.shape[:3]
-    assert predicted(n_k=8, scale=0.0) == {} and predicted(scale=0.0, causal=True) == {}
-    assert predicted(scale=1e-30) == {} and predicted() == {}
+    for scale in (0.0, -0.0, -1.0, -1e6):
+        assert predicted(scale=scale)["out"].all() and predicted(scale=scale)["lse"].shape == p.q.shape[:3]
+    assert predicted(n_k=8, scale=0.0) == {} and predicted(scale=-1.0, causal=True) == {}
+    assert predicted(scale=1e-30) == {} and predicted(scale=5e-324) == {} and predicted() == {}
 
 
 def test_two_ignored_keywords_compose_and_one_declared_alone_does_not_explain_the_other():
@@ -456,7 +462,8 @@ def test_every_deviation_of_the_catalogue_is_shown_here_or_in_a_suite_run():
         fields["deviation"] for _, fields, *_ in LSE_CASES.values()} | {
         "rejects", "accepts", "checker-reports", "keeps-score-matrix", "unwritten-shared-memory-read",
         "padded-keys-weight-overflow",
-        "dq-accumulator-aliases-step-buffer"}  # tests/unit/test_ring_backward_deviation.py
+        "dq-accumulator-aliases-step-buffer",  # tests/unit/test_ring_backward_deviation.py
+        "raises-on-empty-ring-block"}  # test_ring_step_deviations.py, tests/distributed/test_modelled_raise.py
     elsewhere = {  # shown on the records that have them, through the gradient properties (tests/suite_run)
         "hidden-nonfinite-reaches-gradients", "gqa-backward-rounds-per-head"}
     assert set(CATALOGUE) == shown | elsewhere, set(CATALOGUE) ^ (shown | elsewhere)
