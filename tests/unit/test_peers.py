@@ -579,6 +579,56 @@ def test_ring_flash_attn_s_backward_is_what_its_declared_deviation_predicts(layo
         assert np.any(np.abs(_numpy(q.grad) - oracle.grads[0]) > oracle.allowances[0].bound)
 
 
+@pytest.mark.parametrize(("layout", "world", "n"), [("contiguous", 2, 6), ("contiguous", 2, 64), ("contiguous", 3, 9),
+                                              ("zigzag", 2, 8), ("zigzag", 3, 12), ("stripe", 2, 6)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [0.0, -1.0])
+def test_ring_flash_attn_s_nan_rows_are_its_declared_deviation_s(layout, world, n, causal, scale):
+    """float32 under the interpreter: the rows whose output and LSE are NaN at a scale of 0 or below are exactly
+    those padded-keys-nan-at-nonpositive-scale (block_n 64, ring_steps) predicts, the rest the oracle's (n = 64 on two
+    ranks: blocks of 32 keys pad their tile, which 64 keys would not; causal: the masked blocks do not; zigzag's
+    rows split)."""
+    pytest.importorskip("torch")
+    impl = load_impl(f"impls.peers.ring_flash_attn:ring_flash_attn_{RING_FLASH_ATTN_RECORDS[layout]}")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal((1, 2, n, 4)).astype(np.float32).astype(np.float64) for _ in range(3)]
+    out, lse = impl.fn(*_torch(arrays, "float32"), causal=causal, scale=scale, return_lse=True, world_size=world)
+    keywords = {"scale": scale, **({"causal": True} if causal else {})}
+    call = Call(*arrays, keywords, "float32", tiles={"world_size": world, "layout": layout})
+    deviation = deviation_from_fields("padded-keys-nan-at-nonpositive-scale", {"block_n": 64, "ring_steps": True},
+                                      "test")
+    predicted = deviation.non_finite(call).get("lse", np.zeros(arrays[0].shape[:3], dtype=bool))
+    np.testing.assert_array_equal(np.isnan(_numpy(lse)), predicted)
+    np.testing.assert_array_equal(np.isnan(_numpy(out)).any(axis=-1), predicted)
+    expected = attention(*arrays, **keywords)
+    np.testing.assert_allclose(_numpy(out)[~predicted], expected.out[~predicted], atol=2e-6)
+
+
+@pytest.mark.parametrize(("world", "n", "raises"), [(2, 2, True), (3, 3, True), (2, 4, False)])
+def test_ring_flash_attn_stripe_asserts_where_its_declared_deviation_says(world, n, raises):
+    """A causal stripe call of one position a rank raises AssertionError from a rank raises-on-empty-ring-block
+    names; two positions a rank return the oracle's output."""
+    pytest.importorskip("torch")
+    from harness.engine.guarded_call import CallFailed, call_in_process
+
+    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_stripe")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    arrays = [np.random.default_rng(7).standard_normal((1, 1, n, 4)) for _ in range(3)]
+    call = Call(*arrays, {"causal": True}, "float32", tiles={"world_size": world, "layout": "stripe"})
+    deviation = deviation_from_fields("raises-on-empty-ring-block", {"raises": "AssertionError"}, "test")
+    try:
+        out = call_in_process(impl.fn, tuple(x.astype(np.float32) for x in arrays),
+                              {"causal": True, "world_size": world}, "torch", timeout_s=300)
+    except CallFailed as failure:
+        assert raises and deviation.explains_raise(call, failure.summary.removeprefix("the implementation raised "))
+    else:
+        assert not raises and not deviation.explains_raise(call, "AssertionError: ")
+        np.testing.assert_allclose(_numpy(out), attention(*arrays, causal=True).out, atol=2e-6)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_yunchang_ulysses_adapter_swaps_heads_and_sequence_as_the_oracle_reads_it(causal):
     """float32 under the interpreter on two ranks: 4 heads, 8 positions, out within float32's rounding."""
