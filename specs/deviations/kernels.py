@@ -123,15 +123,16 @@ class PaddedKeysWeightOverflow(_PaddedLastKeyTile):
 class PaddedKeysNanAtNonpositiveScale(_PaddedLastKeyTile):
     name = "padded-keys-nan-at-nonpositive-scale"
     summary = ("the keys padding the last key tile are given the score -inf before the scores are multiplied by the "
-               "scale (flash-attn's Triton forward): at scale 0, -inf x 0 is NaN; below 0, -inf x scale is +inf, the "
-               "row's maximum, and exp(inf - inf) NaN; every row a kernel call without the causal mask takes reads "
-               "that tile, so its output and log-sum-exp are NaN; only where the call's keys are not a multiple of "
-               "the tile")
+               "scale, which the kernel holds in float32 (flash-attn's Triton forward: a Python float argument): at "
+               "scale 0, or one float32 rounds to 0 (float64's subnormals), -inf x 0 is NaN; below 0, -inf x scale "
+               "is +inf, the row's maximum, and exp(inf - inf) NaN; every row a kernel call without the causal mask "
+               "takes reads that tile, so its output and log-sum-exp are NaN; only where the call's keys are not a "
+               "multiple of the tile")
     parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the forward kernel", "ring_steps": RING_STEPS}
 
     def non_finite(self, call):
         scale = call.keywords.get("scale")
-        if scale is None or float(scale) > 0.0:
+        if scale is None or np.float32(scale) > 0.0:
             return {}
         rows = self.padded_rows(call)
         if not rows.any():

@@ -267,9 +267,9 @@ def test_a_deviation_refuses_one_more_wrong_element(case):
 
 
 def test_padded_keys_nan_at_nonpositive_scale_predicts_only_padded_non_causal_calls_at_scale_0_or_below():
-    """NaN in every row where the last tile is padded, the call is not causal and the scale is 0 (-0.0 too) or
-    negative; nothing where the keys fill their tiles, the call is causal (its mask, applied after the scale, hides
-    the padding) or the scale is positive, however small."""
+    """NaN in every row where the last tile is padded, the call is not causal and the scale is 0 (-0.0 too), one the
+    kernel's float32 rounds to 0 (5e-324), or negative; nothing where the keys fill their tiles, the call is causal
+    (its mask, applied after the scale, hides the padding) or the scale is positive in float32, however small."""
     deviation = deviation_from_fields("padded-keys-nan-at-nonpositive-scale", {"block_n": 4}, "test")
     p = BASE  # 6 keys
 
@@ -277,10 +277,10 @@ def test_padded_keys_nan_at_nonpositive_scale_predicts_only_padded_non_causal_ca
         problem = build(batch=2, heads=2, n_q=4, n_k=n_k, d=4, d_v=3, seed=5)
         return deviation.non_finite(Call(problem.q, problem.k, problem.v, keywords))
 
-    for scale in (0.0, -0.0, -1.0, -1e6):
+    for scale in (0.0, -0.0, -1.0, -1e6, 5e-324, 1e-310, np.float64(-5e-324)):
         assert predicted(scale=scale)["out"].all() and predicted(scale=scale)["lse"].shape == p.q.shape[:3]
     assert predicted(n_k=8, scale=0.0) == {} and predicted(scale=-1.0, causal=True) == {}
-    assert predicted(scale=1e-30) == {} and predicted(scale=5e-324) == {} and predicted() == {}
+    assert predicted(scale=1e-30) == {} and predicted(scale=1e-40) == {} and predicted() == {}  # 1e-40: float32's
 
 
 def test_two_ignored_keywords_compose_and_one_declared_alone_does_not_explain_the_other():
