@@ -23,6 +23,7 @@ from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
 
+from harness.reporting.split_runs import OUTCOMES
 from impls import TABLE_PATH
 from protocol.expectations import parse_table
 
@@ -166,7 +167,11 @@ def main(argv: list[str]) -> int:
         source = Path(given)
         source = source / "report.json" if source.is_dir() else source
         if not source.is_file():
-            print(f"tools.peers_page: no report at {source} (run the peers first: tox -e peers)", file=sys.stderr)
+            split = source.parent / OUTCOMES
+            hint = (f"{split} is one group of a split run: merge the groups first (attention-spec merge GROUP_DIRS "
+                    "--report DIR) and write the page from DIR" if split.is_file() else
+                    "run the peers first: tox -e peers")
+            print(f"tools.peers_page: no report at {source} ({hint})", file=sys.stderr)
             return 2
         report = json.loads(source.read_text(encoding="utf-8"))
         if not any("[" in v["impl"] for v in report["verdicts"]):

@@ -420,6 +420,13 @@ def test_the_page_refuses_a_report_without_peers(tmp_path, capsys):
     assert "holds no peer's verdict" in capsys.readouterr().err
 
 
+def test_the_page_of_one_split_group_says_to_merge_the_groups_first(tmp_path, capsys):
+    """A group of a split peers run writes outcomes.json and no report: the page names the merge."""
+    (tmp_path / "outcomes.json").write_text("{}")
+    assert peers_page.main([str(tmp_path), str(tmp_path / "peers.md")]) == 2
+    assert "one group of a split run: merge the groups first (attention-spec merge" in capsys.readouterr().err
+
+
 
 # -- the Triton peers (tox -e triton-peers installs them): flash-attn's Triton backend and xformers' split-k --------
 def _triton_peer(module: str, target: str):
