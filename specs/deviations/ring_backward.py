@@ -54,10 +54,11 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
     def extra_allowance(self, call: Call) -> dict[str, np.ndarray]:
         """What the gradient rule, which bounds the oracle's terms at each element, does not cover: each block's
         share is rounded to the inputs' dtype as its buffer takes it, and a returned element is at most twice one
-        buffer plus the others (u |share| summed over the shares it takes, twice, and twice again: SAFETY); a share
-        written to other rows than its own (zigzag's second-half step into the first half of the aliased buffer)
-        brings the error the gradient rule allows its own rows. The ring's dQ is also rounded to bfloat16: u_bf16
-        |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs' dtype."""
+        buffer plus the others (u |share| summed over the shares it takes, twice, and twice again: SAFETY). A float32
+        share the aliased buffer returns twice brings its kernel error twice, which the gradient rule allows its own
+        rows once (a share's terms are some of the row's): the rule once more where it lands on its own rows, twice
+        where it lands on others' (zigzag's second-half step into the first half). The ring's dQ is also rounded to
+        bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs' dtype."""
         grads = self._gradients(call)
         if grads is None:
             return {}
@@ -120,11 +121,13 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
                 dk_share = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
                 bound = rounding * np.abs(dq_share)
-                if step.buffer != step.rows and call.dtype == "float32":  # into the aliased buffer's other rows
+                if call.dtype == "float32" and rank_dq is not None:  # the buffer is dq: this share comes back twice
                     if rows_rule is None:
                         rows_rule = gradient_allowance(call.q, call.k, call.v, call.d_out, dtype=call.dtype,
                                                        **call.oracle_keywords()).allowances[0].bound
-                    bound = bound + rows_rule[:, :, at]
+                    # its kernel error, at most the rule's at its own rows (its terms are some of theirs), twice once
+                    # doubled: once is the oracle's allowance where it lands on its own rows, none on others'
+                    bound = bound + rows_rule[:, :, at] * (0.5 if step.buffer == step.rows else 1.0)
                 buffer[..., step.buffer, :] = dq_share, bound
                 dk[..., step.keys, :] += dk_share, rounding * np.abs(dk_share)
                 if rank_dq is None:  # .to(float32) of a float32 buffer is the buffer
