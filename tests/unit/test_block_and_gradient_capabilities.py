@@ -65,7 +65,10 @@ def test_block_sizes_still_reach_one_and_the_smallest_block():
     (True, False, "0", "0"),  # the user's choice is kept
 ])
 def test_the_interpreter_is_chosen_where_triton_is_and_no_gpu(monkeypatch, installed, gpu, preset, expected):
-    monkeypatch.delenv(triton_interpreter.VARIABLE, raising=False)
+    """interpret_without_gpu writes os.environ itself, which monkeypatch would not undo where the variable was unset
+    (it then left TRITON_INTERPRET=1 in the worker, and a rank pool started later waited 60 s for a hung peer)."""
+    monkeypatch.setenv(triton_interpreter.VARIABLE, "recorded")  # so that teardown restores the worker's own
+    monkeypatch.delenv(triton_interpreter.VARIABLE)
     if preset is not None:
         monkeypatch.setenv(triton_interpreter.VARIABLE, preset)
     real_find_spec = importlib.util.find_spec
