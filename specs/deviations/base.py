@@ -177,7 +177,8 @@ class Deviation:
 
     def undefined(self, call: Call) -> dict[str, np.ndarray]:
         """Output name -> boolean mask of elements whose value is undefined (read from memory no thread wrote, or
-        wrote under a race): explained, with no value to meet (a forward's out or lse, a backward's gradients)."""
+        wrote under a race, or within its error of an overflow, which may take it either side): explained, with no
+        value to meet (a forward's out or lse, a backward's gradients)."""
         return {}
 
     def non_finite_gradients(self, call: Call) -> dict[str, np.ndarray]:

@@ -6,7 +6,8 @@ The model re-enacts, rank by rank, the steps of ring-flash-attn 0.1.8's three ba
 zigzag_ring_flash_attn_backward, stripe_flash_attn_backward; their blocks are specs.deviations.ring_steps'): which
 query rows and key positions each step's block backward takes, which rows of the dQ buffer it writes, and which rows
 of dq the buffer is added to. A block's share is
-the global gradient restricted to its rows and keys (its weights use the global log-sum-exp the forward returned)."""
+the global gradient restricted to its rows and keys (its weights use the global log-sum-exp the forward returned),
+held in the inputs' dtype: inf past its range."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import numpy as np
 
 from specs.deviations.base import Call, Deviation
 from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, ring_schedule
+from specs.dtypes import numpy_dtype
 from specs.reference import repeat_kv
-from specs.tolerance import SAFETY, gradient_allowance, unit_roundoff
+from specs.tolerance import SAFETY, ToleranceUndefined, gradient_allowance, unit_roundoff
 
 
 def _d_out_as_read(d_out_local: np.ndarray, rows: slice) -> np.ndarray:
@@ -31,6 +33,35 @@ def _d_out_as_read(d_out_local: np.ndarray, rows: slice) -> np.ndarray:
     return storage[at][..., None]
 
 
+def _overflowed(values: np.ndarray, *casts: str) -> np.ndarray:
+    """`values` (float64) with +-inf where rounding them to each of `casts` in turn overflows (a float16 buffer holds
+    no share of 65520 or more: it rounds to inf); elsewhere unchanged, their rounding being the bound's."""
+    stored = values
+    with np.errstate(over="ignore", invalid="ignore"):
+        for dtype in casts:
+            stored = stored.astype(numpy_dtype(dtype))
+    stored = stored.astype(np.float64)
+    return np.where(np.isinf(stored) & np.isfinite(values), stored, values)
+
+
+def _stored(values: np.ndarray, bound: np.ndarray, rule: np.ndarray, *casts: str,
+            unsure: np.ndarray | float = 0.0) -> np.ndarray:
+    """(value, bound, unsure) of `values` cast to each of `casts` in turn: +-inf past the last's range, and unsure
+    where `values` give or take their bound and the kernel's error (the gradient rule's) hold both a finite
+    element and an overflowing one."""
+    with np.errstate(invalid="ignore"):
+        error = bound + rule
+        low, high = np.maximum(np.abs(values) - error, 0.0), np.abs(values) + error
+    straddles = np.isfinite(values) & np.isinf(_overflowed(high, *casts)) & np.isfinite(_overflowed(low, *casts))
+    return np.stack(np.broadcast_arrays(_overflowed(values, *casts), bound, unsure + straddles))
+
+
+def _kv_summed(per_head: np.ndarray, group: int) -> np.ndarray:
+    """A key-side array over the query heads (repeat_kv's order) summed over each kv head's group."""
+    return per_head.reshape(*per_head.shape[:-4], per_head.shape[-4], -1, group,
+                            *per_head.shape[-2:]).sum(axis=-3)
+
+
 class DqAccumulatorAliasesStepBuffer(Deviation):
     name = "dq-accumulator-aliases-step-buffer"
     summary = ("a ring backward that keeps dQ as `step_buffer.to(float32)`, which for float32 inputs is the buffer "
@@ -43,13 +74,17 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                "flash-attn's Triton backward, which reads dO at O's strides: a rank whose forward merged a block "
                "over all its rows holds O with head dim 1 at a stride other than 1, the backward copies it "
                "contiguous, and rowsum(O * dO) takes dO's elements from the wrong heads and rows, so dQ and dK "
-               "follow that sum (ring-flash-attn 0.1.8's three ring backwards, flash-attn 2.8.3's Triton backend)")
+               "follow that sum. Each block's dQ and dK share is held in a buffer of the inputs' dtype, so a "
+               "float16 share past 65504 is inf whatever the other shares add (and the ring's dQ, through "
+               "bfloat16, is inf as float16 from 65408) (ring-flash-attn 0.1.8's three ring backwards, flash-attn "
+               "2.8.3's Triton backend)")
 
     def predicted_values(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """dQ of every rank (and dK, where a rank reads dO misplaced) of a backward call with plain scaled scores, in
-        float64 before the ring's bfloat16 rounding that extra_allowance allows."""
+        float64 before the ring's bfloat16 rounding that extra_allowance allows; +-inf where a share, or the element
+        returned, is past the inputs' dtype's range; not where it is within its error of it (undefined)."""
         grads = self._gradients(call) or {}
-        return {name: (np.ones(value.shape, dtype=bool), value) for name, (value, _) in grads.items()}
+        return {name: (~unsure, value) for name, (value, _, unsure) in grads.items()}
 
     def extra_allowance(self, call: Call) -> dict[str, np.ndarray]:
         """What the gradient rule, which bounds the oracle's terms at each element, does not cover: each block's
@@ -62,34 +97,39 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         grads = self._gradients(call)
         if grads is None:
             return {}
-        allowed = {name: bound for name, (_, bound) in grads.items()}
+        allowed = {name: bound for name, (_, bound, _) in grads.items()}
         if not self._returns_inputs_dtype(call):
-            allowed["dq"] = allowed["dq"] + SAFETY * unit_roundoff("bfloat16") * np.abs(grads["dq"][0])
+            dq = grads["dq"][0]  # none past the range: an allowance of inf there would let any element conform
+            magnitude = np.where(np.isfinite(dq), np.abs(dq), 0.0)
+            allowed["dq"] = allowed["dq"] + SAFETY * unit_roundoff("bfloat16") * magnitude
         return allowed
 
     def undefined(self, call: Call) -> dict[str, np.ndarray]:
         """dK and dV of a float32 backward on two ranks or more: the race of the first step's send with the next
-        step's write (the summary)."""
+        step's write (the summary); an element that its error may or may not take past its dtype's range (a
+        float16 share near 65520, the ring's dQ near 65408: bfloat16 rounds it to 65536)."""
+        unsure = {name: mask for name, (_, _, mask) in (self._gradients(call) or {}).items()}
         world = call.tiles.get(WORLD_SIZE)
         if call.d_out is None or call.dtype != "float32" or world is None or world < 2:
-            return {}
-        return {"dk": np.ones(call.k.shape, dtype=bool), "dv": np.ones(call.v.shape, dtype=bool)}
+            return unsure
+        return {**unsure, "dk": np.ones(call.k.shape, dtype=bool), "dv": np.ones(call.v.shape, dtype=bool)}
 
     @staticmethod
     def _returns_inputs_dtype(call: Call) -> bool:
         """zigzag and stripe return dq.to(q.dtype); the ring's backward returns dq.to(torch.bfloat16)."""
         return bool(call.keywords.get("causal")) and call.tiles.get(LAYOUT, "contiguous") != "contiguous"
 
-    def _gradients(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    def _gradients(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
         """The re-enactment of `call`, made once: predicted_values and extra_allowance both read it for one call."""
         last = getattr(self, "_last", None)
         if last is None or last[0] is not call:
             self._last = (call, self._re_enacted(call))
         return self._last[1]
 
-    def _re_enacted(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    def _re_enacted(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
         """The re-enacted dQ (and dK where a rank reads dO misplaced) in float64, each with the error its shares
-        bring beyond the gradient rule (extra_allowance), or None where this deviation
+        bring beyond the gradient rule (extra_allowance) and where it is unsure of an overflow, or None where this
+        deviation
         predicts nothing: a forward call, scores beyond scale q k^T (which it does not model), causal with
         n_q != n_k, or no group size on the call."""
         schedule = ring_schedule(call)
@@ -99,19 +139,25 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         if ((call.keywords.get("causal") and call.q.shape[2] != call.k.shape[2]) or result.mods.any
                 or result.dropped is not None or "mask" in call.keywords):
             return None
+        try:  # the gradient rule at each element: the kernel's error of a share (and the harness's allowance)
+            rules = gradient_allowance(call.q, call.k, call.v, call.d_out, dtype=call.dtype,
+                                       **call.oracle_keywords()).allowances
+        except ToleranceUndefined:  # the harness judges no such call against a deviation
+            return None
+        rule_q, rule_k = rules[0].bound, rules[1].bound
         k_all, v_all = (repeat_kv(x, call.group) for x in (call.k, call.v))
         d_p = call.d_out @ v_all.swapaxes(-1, -2)
-        # each array is (value, error bound): the bound follows the value's steps
-        dq, dk = np.zeros((2, *call.q.shape)), np.zeros((2, *k_all.shape))
+        # each array is (value, error bound, unsure): the bound follows the value's steps; unsure (> 0) where a share
+        # or the returned element lies within its error of its dtype's overflow, so either side may be the kernel's
+        dq, dk = np.zeros((3, *call.q.shape)), np.zeros((3, *call.k.shape))
         rounding = SAFETY * 2 * unit_roundoff(call.dtype)
-        rows_rule = None  # the gradient rule's dQ bound at each row, for shares written to other rows
         misread_any = False
         for held, steps in schedule:
             # the forward merges the same blocks; one over every row after the first replaces out by the merge's
             # result, whose size-1 head dim torch strides by n_local: the backward copies that out contiguous
             misread = call.q.shape[-1] == 1 and any(step.rows == steps[0].rows for step in steps[1:])
             misread_any |= misread
-            buffer = np.zeros((2, *call.q.shape[:2], len(held), call.q.shape[-1]))
+            buffer = np.zeros((3, *call.q.shape[:2], len(held), call.q.shape[-1]))
             rank_dq = None
             for step in steps:
                 at = held[step.rows]
@@ -119,26 +165,28 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                 delta = np.sum(result.out[:, :, at] * read, axis=-1, keepdims=True)
                 d_s = result.weights[:, :, at][..., step.keys] * (d_p[:, :, at][..., step.keys] - delta)
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
-                dk_share = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
                 bound = rounding * np.abs(dq_share)
                 if call.dtype == "float32" and rank_dq is not None:  # the buffer is dq: this share comes back twice
-                    if rows_rule is None:
-                        rows_rule = gradient_allowance(call.q, call.k, call.v, call.d_out, dtype=call.dtype,
-                                                       **call.oracle_keywords()).allowances[0].bound
                     # its kernel error, at most the rule's at its own rows (its terms are some of theirs), twice once
                     # doubled: once is the oracle's allowance where it lands on its own rows, none on others'
-                    bound = bound + rows_rule[:, :, at] * (0.5 if step.buffer == step.rows else 1.0)
-                buffer[..., step.buffer, :] = dq_share, bound
-                dk[..., step.keys, :] += dk_share, rounding * np.abs(dk_share)
+                    bound = bound + rule_q[:, :, at] * (0.5 if step.buffer == step.rows else 1.0)
+                buffer[..., step.buffer, :] = _stored(dq_share, bound, rule_q[:, :, at], call.dtype)
+                # the kernel sums a kv head's group into its dK share
+                dk_heads = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
+                dk[..., step.keys, :] += _stored(_kv_summed(dk_heads, call.group),
+                                                 rounding * _kv_summed(np.abs(dk_heads), call.group),
+                                                 rule_k[:, :, step.keys], call.dtype)
                 if rank_dq is None:  # .to(float32) of a float32 buffer is the buffer
                     rank_dq = buffer if call.dtype == "float32" else buffer.copy()
                 else:
                     rank_dq[..., step.into, :] += buffer[..., step.buffer, :]
             dq[..., held, :] = rank_dq
-        grads = {"dq": tuple(dq)}
+        # dQ returned as the inputs' dtype (the ring's through bfloat16 first), dK as the inputs' dtype
+        grads = {"dq": _stored(*dq[:2], rule_q, *(() if self._returns_inputs_dtype(call) else ("bfloat16",)),
+                               call.dtype, unsure=dq[2])}
         if misread_any and call.dtype != "float32":  # float32 dK is undefined (the race)
-            grads["dk"] = tuple(dk.reshape(2, dk.shape[1], -1, call.group, *dk.shape[3:]).sum(axis=3))
-        return grads
+            grads["dk"] = _stored(*dk[:2], rule_k, call.dtype, unsure=dk[2])
+        return {name: (value, bound, unsure > 0) for name, (value, bound, unsure) in grads.items()}
 
 
 RING_BACKWARD_DEVIATIONS = (DqAccumulatorAliasesStepBuffer,)

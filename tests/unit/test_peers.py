@@ -586,6 +586,46 @@ def test_ring_flash_attn_s_backward_is_what_its_declared_deviation_predicts(layo
         assert np.any(np.abs(_numpy(q.grad) - oracle.grads[0]) > oracle.allowances[0].bound)
 
 
+def test_ring_flash_attn_s_float16_shares_past_its_range_are_inf_where_its_declared_deviation_says():
+    """The peers run's example (2 heads over 1 kv head, 4 positions of head dim 1 on two ranks, scores near 1000):
+    the misplaced dO makes dQ's and dK's shares past float16's 65504, which their float16 buffers hold as inf; the
+    elements dq-accumulator-aliases-step-buffer predicts inf are inf, the rest it predicts within its allowance (the
+    oracle's dQ is below 1e-60 everywhere, so each large element is the deviation's). One dQ element (65397) it
+    leaves undefined: within its error of 65408, past which the ring's bfloat16 dQ is 65536, inf as float16 (the
+    library's is inf)."""
+    pytest.importorskip("torch")
+    from harness.api.trial import Trial
+    from protocol.registry import Variant
+    from specs.derivations import spans_taken
+    from specs.problems import build
+
+    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    problem = spans_taken(build(heads=2, n_q=5, n_k=5, seed=2, score_style="large", value_style="offset"),
+                          queries=(0, 4), keys=(0, 4))
+    arrays = [x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v)]
+    d_out = Trial(Variant(impl, "float16"), problem).cotangent(problem, 2).astype(np.float64)  # the run's (seed 2)
+    q, k, v = _torch(arrays, "float16")
+    for x in (q, k, v):
+        x.requires_grad_()
+    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
+    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
+    predicted, extra = deviation.predicted_values(call), deviation.extra_allowance(call)
+    undefined = deviation.undefined(call)
+    oracle = gradient_allowance(*arrays, d_out, dtype="float16")
+    assert np.all(np.abs(oracle.grads[0]) < 1e-60)
+    assert undefined["dq"].sum() == 1 and not undefined["dk"].any()
+    for index, name in enumerate(("dq", "dk")):
+        got, (judged, value) = _numpy((q, k)[index].grad), predicted[name]
+        np.testing.assert_array_equal(judged, ~undefined[name])
+        infinite, finite = judged & np.isinf(value), judged & np.isfinite(value)
+        assert infinite.any(), name  # the example reaches the overflow
+        np.testing.assert_array_equal(got[infinite], value[infinite])
+        assert np.all(np.abs(got - value)[finite] <= (oracle.allowances[index].bound + extra[name])[finite])
+
+
 @pytest.mark.parametrize(("layout", "world", "n"), [("contiguous", 2, 6), ("contiguous", 2, 64), ("contiguous", 3, 9),
                                               ("zigzag", 2, 8), ("zigzag", 3, 12), ("stripe", 2, 6)])
 @pytest.mark.parametrize("causal", [False, True])

@@ -16,7 +16,7 @@ from harness.api.trial import Trial
 from harness.engine.explanation import DeviationRun, deviation_mode
 from protocol.expectation_rows import Expectation
 from protocol.registry import Variant, load_impl
-from specs.derivations import with_keywords
+from specs.derivations import spans_taken, with_keywords
 from specs.deviations import Call, deviation_from_fields
 from specs.gradients import drawn_cotangent
 from specs.problems import build
@@ -148,3 +148,22 @@ def test_the_misread_d_out_is_explained_in_dq_and_dk_and_half_of_it_is_not(causa
     assert _judged((dq, dk, oracle.grads[2]), problem, d_out, "float16", 3).fired == {NAME}
     with pytest.raises(PropertyViolation, match="dK differs from what the declared deviations predict"):
         _judged((dq, _one_element_between(dk, oracle.grads[1]), oracle.grads[2]), problem, d_out, "float16", 3)
+
+
+def test_float16_shares_past_its_range_are_inf_and_a_backward_that_keeps_them_finite_is_refused():
+    """float16, head dim 1, scores near 1000 (the peers run's example): the misread dO makes shares of dQ and dK past
+    65504, which the float16 buffers hold as inf, and one dQ element lands within its error of 65408 (past it the
+    ring's bfloat16 dQ is 65536, inf as float16): explained. A backward whose buffers saturate at 65504 instead (in
+    dQ or in dK) is refused."""
+    problem = spans_taken(build(heads=2, n_q=5, n_k=5, seed=2, score_style="large", value_style="offset"),
+                          queries=(0, 4), keys=(0, 4))
+    q, k, v = (x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = drawn_cotangent(q.shape[:3] + (v.shape[-1],), 2, np.float16).astype(np.float64)
+    oracle = gradient_allowance(q, k, v, d_out, dtype="float16")
+    dq, dk = ring_backward_dq(q, k, v, d_out, world=2, causal=False, dtype="float16")
+    assert np.isinf(dq).sum() == 2 and np.isinf(dk).sum() == 2  # one of dQ's: the element within its error
+    assert _judged((dq, dk, oracle.grads[2]), problem, d_out, "float16").fired == {NAME}
+    saturated_dq, saturated_dk = (np.clip(g, -65504.0, 65504.0) for g in (dq, dk))
+    for wrong in ((saturated_dq, dk), (dq, saturated_dk)):
+        with pytest.raises(PropertyViolation, match="declared deviations predict"):
+            _judged((*wrong, oracle.grads[2]), problem, d_out, "float16")
