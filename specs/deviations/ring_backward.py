@@ -44,16 +44,22 @@ def _overflowed(values: np.ndarray, *casts: str) -> np.ndarray:
     return np.where(np.isinf(stored) & np.isfinite(values), stored, values)
 
 
-def _stored(values: np.ndarray, bound: np.ndarray, rule: np.ndarray, *casts: str,
+def _stored(values: np.ndarray, bound: np.ndarray, kernel: np.ndarray, *casts: str,
             unsure: np.ndarray | float = 0.0) -> np.ndarray:
-    """(value, bound, unsure) of `values` cast to each of `casts` in turn: +-inf past the last's range, and unsure
-    where `values` give or take their bound and the kernel's error (the gradient rule's) hold both a finite
-    element and an overflowing one."""
+    """(value, bound, kernel, unsure) of `values` cast to each of `casts` in turn: +-inf past the last's range, and
+    unsure where `values` give or take their rounding bound and kernel error hold both a finite element and an
+    overflowing one."""
     with np.errstate(invalid="ignore"):
-        error = bound + rule
+        error = bound + kernel
         low, high = np.maximum(np.abs(values) - error, 0.0), np.abs(values) + error
     straddles = np.isfinite(values) & np.isinf(_overflowed(high, *casts)) & np.isfinite(_overflowed(low, *casts))
-    return np.stack(np.broadcast_arrays(_overflowed(values, *casts), bound, unsure + straddles))
+    return np.stack(np.broadcast_arrays(_overflowed(values, *casts), bound, kernel, unsure + straddles))
+
+
+def _ratio(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """part / whole of two term magnitudes; 1 where the whole has none and the part has some (the rule's floors)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(whole > 0, part / whole, np.where(part > 0, 1.0, 0.0))
 
 
 def _kv_summed(per_head: np.ndarray, group: int) -> np.ndarray:
@@ -89,11 +95,14 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
     def extra_allowance(self, call: Call) -> dict[str, np.ndarray]:
         """What the gradient rule, which bounds the oracle's terms at each element, does not cover: each block's
         share is rounded to the inputs' dtype as its buffer takes it, and a returned element is at most twice one
-        buffer plus the others (u |share| summed over the shares it takes, twice, and twice again: SAFETY). A float32
-        share the aliased buffer returns twice brings its kernel error twice, which the gradient rule allows its own
-        rows once (a share's terms are some of the row's): the rule once more where it lands on its own rows, twice
-        where it lands on others' (zigzag's second-half step into the first half). The ring's dQ is also rounded to
-        bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs' dtype."""
+        buffer plus the others (u |share| summed over the shares it takes, twice, and twice again: SAFETY); and the
+        kernel errors of the shares an element takes past the rule at that element. A share's kernel error is the
+        rule at its rows times its terms' magnitude over the row's (|scale| sum_j P_ij (|dP_ij| + |Delta_i|) |k_j|
+        over its keys, with the Delta it read): the shares of a correct ring add up to the rule, a float32 share the
+        aliased buffer returns twice counts twice, one written to other rows (zigzag's second half into the first)
+        counts there, and a misread Delta makes a share's terms larger than the row's. The ring's dQ is also rounded
+        to bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs'
+        dtype."""
         grads = self._gradients(call)
         if grads is None:
             return {}
@@ -147,9 +156,13 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         rule_q, rule_k = rules[0].bound, rules[1].bound
         k_all, v_all = (repeat_kv(x, call.group) for x in (call.k, call.v))
         d_p = call.d_out @ v_all.swapaxes(-1, -2)
-        # each array is (value, error bound, unsure): the bound follows the value's steps; unsure (> 0) where a share
-        # or the returned element lies within its error of its dtype's overflow, so either side may be the kernel's
-        dq, dk = np.zeros((3, *call.q.shape)), np.zeros((3, *call.k.shape))
+        true_delta = np.sum(result.out * call.d_out, axis=-1, keepdims=True)
+        terms_q, terms_k = self._terms(call, result.weights, d_p, true_delta, k_all)
+        # each array is (value, rounding bound, kernel error, unsure): the rounding bound follows the value's steps;
+        # a share's kernel error is the gradient rule at its rows scaled by its terms over the row's (a share holds
+        # some of a row's terms, more where dO is misread); unsure (> 0) where a share or the returned element lies
+        # within its error of its dtype's overflow, so that either side may be the kernel's
+        dq, dk = np.zeros((4, *call.q.shape)), np.zeros((4, *call.k.shape))
         rounding = SAFETY * 2 * unit_roundoff(call.dtype)
         misread_any = False
         for held, steps in schedule:
@@ -157,36 +170,51 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
             # result, whose size-1 head dim torch strides by n_local: the backward copies that out contiguous
             misread = call.q.shape[-1] == 1 and any(step.rows == steps[0].rows for step in steps[1:])
             misread_any |= misread
-            buffer = np.zeros((3, *call.q.shape[:2], len(held), call.q.shape[-1]))
+            buffer = np.zeros((4, *call.q.shape[:2], len(held), call.q.shape[-1]))
             rank_dq = None
             for step in steps:
                 at = held[step.rows]
                 read = _d_out_as_read(call.d_out[:, :, held], step.rows) if misread else call.d_out[:, :, at]
                 delta = np.sum(result.out[:, :, at] * read, axis=-1, keepdims=True)
-                d_s = result.weights[:, :, at][..., step.keys] * (d_p[:, :, at][..., step.keys] - delta)
+                weights = result.weights[:, :, at][..., step.keys]
+                d_s = weights * (d_p[:, :, at][..., step.keys] - delta)
+                share_q, share_k = self._terms(call, weights, d_p[:, :, at][..., step.keys], delta,
+                                               k_all[:, :, step.keys], call.q[:, :, at])
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
-                bound = rounding * np.abs(dq_share)
-                if call.dtype == "float32" and rank_dq is not None:  # the buffer is dq: this share comes back twice
-                    # its kernel error, at most the rule's at its own rows (its terms are some of theirs), twice once
-                    # doubled: once is the oracle's allowance where it lands on its own rows, none on others'
-                    bound = bound + rule_q[:, :, at] * (0.5 if step.buffer == step.rows else 1.0)
-                buffer[..., step.buffer, :] = _stored(dq_share, bound, rule_q[:, :, at], call.dtype)
+                buffer[..., step.buffer, :] = _stored(dq_share, rounding * np.abs(dq_share),
+                                                      rule_q[:, :, at] * _ratio(share_q, terms_q[:, :, at]),
+                                                      call.dtype)
                 # the kernel sums a kv head's group into its dK share
                 dk_heads = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
                 dk[..., step.keys, :] += _stored(_kv_summed(dk_heads, call.group),
                                                  rounding * _kv_summed(np.abs(dk_heads), call.group),
-                                                 rule_k[:, :, step.keys], call.dtype)
-                if rank_dq is None:  # .to(float32) of a float32 buffer is the buffer
+                                                 rule_k[:, :, step.keys] * _ratio(share_k, terms_k[:, :, step.keys]),
+                                                 call.dtype)
+                if rank_dq is None:  # .to(float32) of a float32 buffer is the buffer: a share it adds comes twice
                     rank_dq = buffer if call.dtype == "float32" else buffer.copy()
                 else:
                     rank_dq[..., step.into, :] += buffer[..., step.buffer, :]
             dq[..., held, :] = rank_dq
         # dQ returned as the inputs' dtype (the ring's through bfloat16 first), dK as the inputs' dtype
-        grads = {"dq": _stored(*dq[:2], rule_q, *(() if self._returns_inputs_dtype(call) else ("bfloat16",)),
-                               call.dtype, unsure=dq[2])}
+        returned = {"dq": (dq, rule_q, (() if self._returns_inputs_dtype(call) else ("bfloat16",)) + (call.dtype,))}
         if misread_any and call.dtype != "float32":  # float32 dK is undefined (the race)
-            grads["dk"] = _stored(*dk[:2], rule_k, call.dtype, unsure=dk[2])
-        return {name: (value, bound, unsure > 0) for name, (value, bound, unsure) in grads.items()}
+            returned["dk"] = (dk, rule_k, (call.dtype,))
+        grads = {}
+        for name, ((value, bound, kernel, unsure), rule, casts) in returned.items():
+            value, _, _, unsure = _stored(value, bound, np.maximum(kernel, rule), *casts, unsure=unsure)
+            # beyond the gradient rule: the shares' rounding, and their kernel errors past the rule's at the element
+            grads[name] = (value, bound + np.maximum(kernel - rule, 0.0), unsure > 0)
+        return grads
+
+    @staticmethod
+    def _terms(call: Call, weights: np.ndarray, d_p: np.ndarray, delta: np.ndarray, k_all: np.ndarray,
+               q: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The magnitudes of the terms dQ and dK sum over the given keys (and query rows, q; all by default):
+        |scale| sum_j P_ij (|dP_ij| + |Delta_i|) |k_j| at each row and its dual at each key, kv heads summed."""
+        magnitudes = abs(call.oracle.scale) * weights * (np.abs(d_p) + np.abs(delta))
+        q = call.q if q is None else q
+        return (magnitudes @ np.abs(k_all),
+                _kv_summed(magnitudes.swapaxes(-1, -2) @ np.abs(q), call.group))
 
 
 RING_BACKWARD_DEVIATIONS = (DqAccumulatorAliasesStepBuffer,)
