@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from specs.deviations.base import Call, Deviation, DeviationError
-from specs.deviations.ring_steps import ring_schedule
+from specs.deviations.ring_steps import RingBlock, rank_dq, ring_schedule
 from specs.reference import repeat_kv
 from specs.tolerance import SAFETY, unit_roundoff
 
@@ -90,9 +90,13 @@ class _PaddedLastKeyTile(Deviation):
             return rows
         for held, blocks in schedule:
             for block in blocks:
-                if not block.causal and len(block.keys) % self.block_n != 0:
+                if self.pads(block):
                     rows[:, :, held[block.rows]] = True
         return rows
+
+    def pads(self, block: RingBlock) -> bool:
+        """Whether the kernel call of a ring's `block` has padded keys unmasked."""
+        return not block.causal and len(block.keys) % self.block_n != 0
 
 
 RING_STEPS = "true: the kernel runs once per block of ring-flash-attn's ring, on one rank's keys (absent: once on all)"
@@ -105,18 +109,32 @@ class PaddedKeysWeightOverflow(_PaddedLastKeyTile):
                "with D_i = <out_i, dO_i> multiplies a zero key, harmless while finite; but where p overflows float32 "
                "(lse < -88.72) or dS overflows the inputs' dtype (float16: -lse + ln|D_i| > 11.09), inf x 0 makes "
                "the row's dQ NaN; only where n_k is not a multiple of the tile")
-    parameters: ClassVar[dict[str, str]] = {"block_n": "keys per tile of the dQ kernel", "ring_steps": RING_STEPS}
+    parameters: ClassVar[dict[str, str]] = {
+        "block_n": "keys per tile of the dQ kernel",
+        "ring_steps": f"{RING_STEPS}; a block's NaN share goes where that ring's backward buffer puts it"}
 
     def non_finite_gradients(self, call):
-        padded = self.padded_rows(call)
-        if call.d_out is None or not padded.any():
+        """dQ's rows whose kernel call reads padded keys and overflows; with ring_steps, a block's NaN share goes
+        where ring-flash-attn's backward buffer puts it (specs.deviations.ring_steps.rank_dq: float32's aliased
+        buffer spreads it to the rows it is written to, and a later share overwrites it)."""
+        if call.d_out is None:
             return {}
         log_weight = -call.oracle.lse
         delta = np.abs(np.sum(call.oracle.out * call.d_out, axis=-1))
         with np.errstate(divide="ignore"):
             log_ds = log_weight + np.log(delta)
         ceiling = min(FLOAT32_LOG_MAX, float(np.log(np.finfo(call.dtype).max)))
-        rows = padded & ((log_weight > FLOAT32_LOG_MAX + LOG_MARGIN) | (log_ds > ceiling + LOG_MARGIN))
+        overflowing = (log_weight > FLOAT32_LOG_MAX + LOG_MARGIN) | (log_ds > ceiling + LOG_MARGIN)
+        schedule = ring_schedule(call) if self.ring_steps else None
+        if schedule is None:
+            rows = overflowing & self.padded_rows(call)
+        else:
+            rows = np.zeros(call.q.shape[:3], dtype=bool)
+            for held, blocks in schedule:
+                shares = [np.where(overflowing[:, :, held[block.rows], None] & self.pads(block), np.nan, 0.0)
+                          for block in blocks]
+                dq = rank_dq(blocks, shares, len(held), aliased=call.dtype == "float32")
+                rows[:, :, held] = np.isnan(dq[..., 0])
         return {"dq": np.broadcast_to(rows[..., None], call.q.shape).copy()} if rows.any() else {}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from specs.deviations.base import Call, Deviation
-from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, ring_schedule
+from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, rank_dq, ring_schedule
 from specs.dtypes import numpy_dtype
 from specs.reference import repeat_kv
 from specs.tolerance import SAFETY, ToleranceUndefined, gradient_allowance, unit_roundoff
@@ -170,8 +170,7 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
             # result, whose size-1 head dim torch strides by n_local: the backward copies that out contiguous
             misread = call.q.shape[-1] == 1 and any(step.rows == steps[0].rows for step in steps[1:])
             misread_any |= misread
-            buffer = np.zeros((4, *call.q.shape[:2], len(held), call.q.shape[-1]))
-            rank_dq = None
+            dq_shares = []
             for step in steps:
                 at = held[step.rows]
                 read = _d_out_as_read(call.d_out[:, :, held], step.rows) if misread else call.d_out[:, :, at]
@@ -181,20 +180,16 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                 share_q, share_k = self._terms(call, weights, d_p[:, :, at][..., step.keys], delta,
                                                k_all[:, :, step.keys], call.q[:, :, at])
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
-                buffer[..., step.buffer, :] = _stored(dq_share, rounding * np.abs(dq_share),
-                                                      rule_q[:, :, at] * _ratio(share_q, terms_q[:, :, at]),
-                                                      call.dtype)
+                dq_shares.append(_stored(dq_share, rounding * np.abs(dq_share),
+                                         rule_q[:, :, at] * _ratio(share_q, terms_q[:, :, at]), call.dtype))
                 # the kernel sums a kv head's group into its dK share
                 dk_heads = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
                 dk[..., step.keys, :] += _stored(_kv_summed(dk_heads, call.group),
                                                  rounding * _kv_summed(np.abs(dk_heads), call.group),
                                                  rule_k[:, :, step.keys] * _ratio(share_k, terms_k[:, :, step.keys]),
                                                  call.dtype)
-                if rank_dq is None:  # .to(float32) of a float32 buffer is the buffer: a share it adds comes twice
-                    rank_dq = buffer if call.dtype == "float32" else buffer.copy()
-                else:
-                    rank_dq[..., step.into, :] += buffer[..., step.buffer, :]
-            dq[..., held, :] = rank_dq
+            # float32's dq is the buffer itself: a share it adds comes twice
+            dq[..., held, :] = rank_dq(steps, dq_shares, len(held), aliased=call.dtype == "float32")
         # dQ returned as the inputs' dtype (the ring's through bfloat16 first), dK as the inputs' dtype
         returned = {"dq": (dq, rule_q, (() if self._returns_inputs_dtype(call) else ("bfloat16",)) + (call.dtype,))}
         if misread_any and call.dtype != "float32":  # float32 dK is undefined (the race)

@@ -6,6 +6,7 @@ puts that block's share. The deviations of a sharded call read the group size an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,3 +84,19 @@ def ring_schedule(call: Call) -> list[tuple[np.ndarray, list[RingBlock]]] | None
     rows = shard_positions(call.q.shape[2], world, layout)
     keys = shard_positions(call.k.shape[2], world, layout)
     return [(rows[rank], rank_steps(layout, causal, rank, world, keys, len(rows[rank]))) for rank in range(world)]
+
+
+def rank_dq(steps: Sequence[RingBlock], shares: Sequence[np.ndarray], n_local: int, *, aliased: bool) -> np.ndarray:
+    """A rank's dq as ring-flash-attn's backward keeps it, from its blocks' dQ shares in step order (each (..., rows
+    of its block, d), any leading axes): each share written to its buffer rows, `dq = buffer.to(float32)` after the
+    first (the buffer itself where `aliased`: float32 inputs; else a copy), each later buffer added to its dq rows.
+    A NaN share's rows stay NaN where it is added, and leave the aliased dq where a later share overwrites them."""
+    buffer = np.zeros((*shares[0].shape[:-2], n_local, shares[0].shape[-1]))
+    dq = None
+    for step, share in zip(steps, shares, strict=True):
+        buffer[..., step.buffer, :] = share
+        if dq is None:
+            dq = buffer if aliased else buffer.copy()
+        else:
+            dq[..., step.into, :] += buffer[..., step.buffer, :]
+    return dq

@@ -691,6 +691,33 @@ def test_ring_flash_attn_s_nan_rows_are_its_declared_deviation_s(layout, world, 
     np.testing.assert_allclose(_numpy(out)[~predicted], expected.out[~predicted], atol=2e-6)
 
 
+@pytest.mark.parametrize(("layout", "world", "n"), [("contiguous", 2, 8), ("contiguous", 3, 9), ("zigzag", 2, 8),
+                                              ("zigzag", 3, 12), ("stripe", 2, 8)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_ring_flash_attn_s_nan_dq_rows_are_where_its_declared_deviation_puts_them(layout, world, n, causal, dtype):
+    """Every score -100 (q = -10, k = 5, head dim 4): each row's log-sum-exp is below -88.72, so a block's dQ kernel
+    that reads padded keys weighs them by an overflowing exp(-lse) and its share is NaN; the rows of dQ that are
+    not finite are exactly those padded-keys-weight-overflow (block_n 32, ring_steps) puts them in through the
+    backward's buffer (float32 zigzag: the aliased buffer spreads the second-half share to the first half)."""
+    pytest.importorskip("torch")
+    impl = load_impl(f"impls.peers.ring_flash_attn:ring_flash_attn_{RING_FLASH_ATTN_RECORDS[layout]}")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    arrays = [np.full((1, 2, n, 4), -10.0), np.full((1, 2, n, 4), 5.0), np.random.default_rng(9).standard_normal(
+        (1, 2, n, 4)).astype(dtype).astype(np.float64)]
+    d_out = np.random.default_rng(10).standard_normal((1, 2, n, 4)).astype(dtype).astype(np.float64)
+    q, k, v = _torch(arrays, dtype)
+    for x in (q, k, v):
+        x.requires_grad_()
+    impl.fn(q, k, v, causal=causal, world_size=world).backward(_torch([d_out], dtype)[0])  # the session's pool
+    call = Call(*arrays, {"causal": True} if causal else {}, dtype, d_out=d_out,
+                tiles={"world_size": world, "layout": layout})
+    deviation = deviation_from_fields("padded-keys-weight-overflow", {"block_n": 32, "ring_steps": True}, "test")
+    predicted = deviation.non_finite_gradients(call).get("dq", np.zeros(q.shape, dtype=bool))
+    np.testing.assert_array_equal(~np.isfinite(_numpy(q.grad)), predicted)
+
+
 @pytest.mark.parametrize(("world", "n", "raises"), [(2, 2, True), (3, 3, True), (2, 4, False)])
 def test_ring_flash_attn_stripe_asserts_where_its_declared_deviation_says(world, n, raises):
     """A causal stripe call of one position a rank raises AssertionError from a rank raises-on-empty-ring-block

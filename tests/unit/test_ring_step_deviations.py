@@ -1,5 +1,6 @@
 """The deviations that read ring-flash-attn's blocks (specs.deviations.ring_steps) from a sharded call's group size and
-layout: flash-attn's NaN at a scale of 0 or below on the keys padding a block's last tile (ring_steps), and its
+layout: flash-attn's NaN at a scale of 0 or below on the keys padding a block's last tile (ring_steps), the NaN dQ
+share of such a block where the weights overflow, which the backward's buffer puts on other rows too, and its
 assertion on an empty block (raises-on-empty-ring-block). The rows and ranks expected here are worked out by hand from
 the library's three forwards (the comments), not by the schedule under test."""
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from specs.deviations import Call, DeviationError, deviation_from_fields
-from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE
+from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, rank_dq, rank_steps
 from specs.problems import build
 
 
@@ -52,6 +53,43 @@ def test_ring_steps_predict_nothing_at_a_positive_scale_and_read_a_dense_call_wh
     assert _nan_rows(4, _call(6, world=2, scale=-2.0)) == list(range(6))
     assert _nan_rows(4, _call(6, scale=-0.0)) == list(range(6))  # no group: one kernel call on all 6 keys
     assert _nan_rows(8, _call(8, world=2, scale=0.0), ring_steps=False) == []  # declared without: n_k alone
+
+
+def _overflowing_dq_rows(n: int, world: int, layout: str, dtype: str, causal: bool = True) -> list[int]:
+    """padded-keys-weight-overflow's NaN rows of dQ where every score is -100 (every row's log-sum-exp below -88.72:
+    a block's share is NaN wherever its kernel call pads its keys)."""
+    q, k = np.full((1, 1, n, 4), -10.0), np.full((1, 1, n, 4), 5.0)
+    ones = np.ones((1, 1, n, 4))
+    call = Call(q, k, ones, {"causal": True} if causal else {}, dtype, d_out=ones,
+                tiles={WORLD_SIZE: world, LAYOUT: layout})
+    deviation = deviation_from_fields("padded-keys-weight-overflow", {"block_n": 8, "ring_steps": True}, "test")
+    rows = deviation.non_finite_gradients(call).get("dq", np.zeros(q.shape, dtype=bool))
+    assert (rows == rows[..., :1]).all()
+    return [int(i) for i in np.flatnonzero(rows[0, 0, :, 0])]
+
+
+@pytest.mark.parametrize(("n", "world", "layout", "dtype", "expected"), [
+    # zigzag, 2 ranks: rank 0 (0 1 6 7) takes rank 1's 4 keys for its second half (6 7), writing the NaN share to
+    # its buffer's first half and adding it to dq's second half; float16's dq is a copy of the first buffer, so
+    # only 6 7; float32's is the buffer itself, whose first half (0 1) now holds the NaN share too. Rank 1 (2 3 4 5)
+    # takes rank 0's first half (0 1) for every row: all NaN either way
+    (8, 2, "zigzag", "float16", [2, 3, 4, 5, 6, 7]),
+    (8, 2, "zigzag", "float32", list(range(8))),
+    # the ring: rank 1's second block is written to every row and added to every row: the same for both
+    (6, 2, "contiguous", "float16", [3, 4, 5]),
+    (6, 2, "contiguous", "float32", [3, 4, 5]),
+])
+def test_a_nan_dq_share_lands_where_the_backward_s_buffer_puts_it(n, world, layout, dtype, expected):
+    assert _overflowing_dq_rows(n, world, layout, dtype) == expected
+
+
+def test_an_aliased_nan_share_a_later_share_overwrites_is_gone_and_a_copied_one_stays():
+    """rank_dq on one rank of the ring (every step over every row): a NaN first share is gone from float32's dq,
+    which the next share overwrites, and stays in a copy's, which the next share is added to."""
+    steps = rank_steps("contiguous", False, 0, 2, (np.arange(2), np.arange(2, 4)), 2)
+    shares = [np.full((1, 2, 1), np.nan), np.ones((1, 2, 1))]
+    assert np.all(rank_dq(steps, shares, 2, aliased=True) == 2.0)  # the second share, twice
+    assert np.all(np.isnan(rank_dq(steps, shares, 2, aliased=False)))
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
