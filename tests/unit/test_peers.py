@@ -626,6 +626,29 @@ def test_ring_flash_attn_s_float16_shares_past_its_range_are_inf_where_its_decla
         assert np.all(np.abs(got - value)[finite] <= (oracle.allowances[index].bound + extra[name])[finite])
 
 
+def test_ring_flash_attn_s_float16_shares_that_cancel_are_nan_where_its_declared_deviation_says():
+    """docs/findings/ring_flash_attn_float16_dq_share_overflows_its_buffer.py through the adapter: dQ is 0 on every
+    row, and the library's, NaN, is dq-accumulator-aliases-step-buffer's prediction (its shares +-70,711 are +-inf
+    in their float16 buffers); the oracle's dQ fails it."""
+    pytest.importorskip("torch")
+    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    arrays = [np.tile([1.0, 0.0], (1, 1, 4, 1)), np.tile([500.0, 0.0], (1, 1, 4, 1)),
+              np.array([[400.0, 0.0], [400.0, 0.0], [-400.0, 0.0], [-400.0, 0.0]]).reshape(1, 1, 4, 2)]
+    d_out = np.tile([1.0, 0.0], (1, 1, 4, 1))
+    q, k, v = _torch(arrays, "float16")
+    q.requires_grad_()
+    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
+    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    judged, value = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test").predicted_values(call)["dq"]
+    got = _numpy(q.grad)
+    assert judged.all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(value))
+    np.testing.assert_array_equal(got[~np.isnan(value)], 0.0)
+    assert np.isnan(got).any() and not np.isnan(gradient_allowance(*arrays, d_out, dtype="float16").grads[0]).any()
+
+
 @pytest.mark.parametrize(("build_keywords", "seed"), [
     (dict(heads=3, n_q=5, n_k=5, seed=290, score_style="integers", causal=True), 290),
     (dict(heads=3, n_q=19, n_k=19, seed=66, scale=6.0, causal=True), 66)])

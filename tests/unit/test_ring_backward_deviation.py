@@ -167,3 +167,19 @@ def test_float16_shares_past_its_range_are_inf_and_a_backward_that_keeps_them_fi
     for wrong in ((saturated_dq, dk), (dq, saturated_dk)):
         with pytest.raises(PropertyViolation, match="declared deviations predict"):
             _judged((*wrong, oracle.grads[2]), problem, d_out, "float16")
+
+
+def test_float16_shares_that_cancel_past_its_range_are_nan_where_the_oracle_is_0():
+    """docs/findings/ring_flash_attn_float16_dq_share_overflows_its_buffer.py's example (every key 500, values +-400
+    by block, head dim 2): each row's dQ is 0, its two shares +-70,711; the prediction is NaN, as the re-enactment in
+    memory gives."""
+    q = np.tile([1.0, 0.0], (1, 1, 4, 1))
+    k = np.tile([500.0, 0.0], (1, 1, 4, 1))
+    v = np.array([[400.0, 0.0], [400.0, 0.0], [-400.0, 0.0], [-400.0, 0.0]]).reshape(1, 1, 4, 2)
+    d_out = np.tile([1.0, 0.0], (1, 1, 4, 1))
+    call = Call(q, k, v, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    judged, value = DEVIATION.predicted_values(call)["dq"]
+    dq, _ = ring_backward_dq(q, k, v, d_out, world=2, causal=False, dtype="float16")
+    assert judged.all() and np.isnan(value[..., 0]).all() and np.isnan(dq[..., 0]).all()
+    oracle = gradient_allowance(q, k, v, d_out, dtype="float16")
+    assert np.all(oracle.grads[0] == 0.0)
