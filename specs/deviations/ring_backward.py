@@ -137,10 +137,9 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
 
     def _re_enacted(self, call: Call) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
         """The re-enacted dQ (and dK where a rank reads dO misplaced) in float64, each with the error its shares
-        bring beyond the gradient rule (extra_allowance) and where it is unsure of an overflow, or None where this
-        deviation
-        predicts nothing: a forward call, scores beyond scale q k^T (which it does not model), causal with
-        n_q != n_k, or no group size on the call."""
+        bring beyond the gradient rule (extra_allowance) and where it is unsure of an overflow; None where this
+        deviation predicts nothing: a forward call, scores beyond scale q k^T (which it does not model), causal with
+        n_q != n_k, no group size on the call, or a gradient past the dtype's range."""
         schedule = ring_schedule(call)
         if call.d_out is None or schedule is None or call.poisoned:
             return None
