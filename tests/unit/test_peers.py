@@ -651,7 +651,8 @@ def test_ring_flash_attn_s_float16_shares_that_cancel_are_nan_where_its_declared
 
 @pytest.mark.parametrize(("build_keywords", "seed"), [
     (dict(heads=3, n_q=5, n_k=5, seed=290, score_style="integers", causal=True), 290),
-    (dict(heads=3, n_q=19, n_k=19, seed=66, scale=6.0, causal=True), 66)])
+    (dict(heads=3, n_q=19, n_k=19, seed=66, scale=6.0, causal=True), 66),
+    (dict(heads=2, n_q=21, n_k=21, seed=66, score_style="integers", causal=True), 66)])
 def test_ring_flash_attn_stripe_s_float32_misread_shares_are_within_its_declared_deviation_s_allowance(
         build_keywords, seed):
     """The peers run's stripe examples (3 heads over 1 kv head, head dim 1, causal, two ranks, float32): a rank
