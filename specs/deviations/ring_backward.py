@@ -16,6 +16,7 @@ import numpy as np
 from specs.deviations.base import Call, Deviation
 from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, rank_dq, ring_schedule
 from specs.dtypes import numpy_dtype
+from specs.gradients import sum_groups
 from specs.reference import repeat_kv
 from specs.tolerance import SAFETY, ToleranceUndefined, gradient_allowance, unit_roundoff
 
@@ -60,12 +61,6 @@ def _ratio(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """part / whole of two term magnitudes; 1 where the whole has none and the part has some (the rule's floors)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(whole > 0, part / whole, np.where(part > 0, 1.0, 0.0))
-
-
-def _kv_summed(per_head: np.ndarray, group: int) -> np.ndarray:
-    """A key-side array over the query heads (repeat_kv's order) summed over each kv head's group."""
-    return per_head.reshape(*per_head.shape[:-4], per_head.shape[-4], -1, group,
-                            *per_head.shape[-2:]).sum(axis=-3)
 
 
 class DqAccumulatorAliasesStepBuffer(Deviation):
@@ -183,8 +178,8 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                                          rule_q[:, :, at] * _ratio(share_q, terms_q[:, :, at]), call.dtype))
                 # the kernel sums a kv head's group into its dK share
                 dk_heads = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
-                dk[..., step.keys, :] += _stored(_kv_summed(dk_heads, call.group),
-                                                 rounding * _kv_summed(np.abs(dk_heads), call.group),
+                dk[..., step.keys, :] += _stored(sum_groups(dk_heads, call.k.shape[1]),
+                                                 rounding * sum_groups(np.abs(dk_heads), call.k.shape[1]),
                                                  rule_k[:, :, step.keys] * _ratio(share_k, terms_k[:, :, step.keys]),
                                                  call.dtype)
             # float32's dq is the buffer itself: a share it adds comes twice
@@ -208,7 +203,7 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         magnitudes = abs(call.oracle.scale) * weights * (np.abs(d_p) + np.abs(delta))
         q = call.q if q is None else q
         return (magnitudes @ np.abs(k_all),
-                _kv_summed(magnitudes.swapaxes(-1, -2) @ np.abs(q), call.group))
+                sum_groups(magnitudes.swapaxes(-1, -2) @ np.abs(q), call.k.shape[1]))
 
 
 RING_BACKWARD_DEVIATIONS = (DqAccumulatorAliasesStepBuffer,)
