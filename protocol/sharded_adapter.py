@@ -10,7 +10,11 @@ the call again with autograd and return their dQ, dK, dV shards (nothing is kept
 `world_size` is the adapter's own keyword: a property of the sharded face asks for a group size; otherwise the
 largest of 4, 3, 2 that leaves no rank without positions (with even_shards: that divides both lengths evenly; with
 heads_divisible: that divides the heads) is taken, 1 where none does (one rank holds the whole sequence: there are no
-shards to make equal).
+shards to make equal). Under Triton's interpreter (a record that declares the interpreted max_seq) every kernel program
+runs in Python: a ring's W ranks each launch W steps over batch x heads programs (an all-to-all's, one step over their
+share of the heads), so the largest group is taken whose programs stay within
+protocol.triton_interpreter.INTERPRETED_SHARDED_PROGRAMS (or the one rank's, where that is more): the statistical
+properties' samples of 1,024 to 2,000 batch entries run on fewer ranks rather than past the call limit.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from protocol.rank_pool import POOL, POOL_SIZE
+from protocol.triton_interpreter import INTERPRETED_SHARDED_PROGRAMS, interpreting
 from specs.sharding import divides_evenly, shard, unshard
 from specs.validation import AttentionInputError, check_shapes
 
@@ -41,11 +46,21 @@ def _world_fits(world: int, shape, caps) -> bool:
     return shape.n_q >= world and shape.n_k >= world
 
 
+def _interpreted_programs(world: int, shape, caps) -> int:
+    """The (batch, head) programs the ranks of a group of `world` launch together for a call of this shape."""
+    steps = world if caps.ring_merge else 1
+    heads = shape.heads // world if caps.heads_divisible else shape.heads
+    return world * steps * shape.batch * heads
+
+
 def group_size(shape, caps, asked: int | None) -> int:
     """The group a dense call of this shape runs on: `asked`, checked, or the largest that fits (the module's
     docstring)."""
     if asked is None:
-        return next(w for w in range(POOL_SIZE, 0, -1) if _world_fits(w, shape, caps))
+        budget = (max(INTERPRETED_SHARDED_PROGRAMS, _interpreted_programs(1, shape, caps))
+                  if interpreting() and caps.max_seq is not None else None)
+        return next(w for w in range(POOL_SIZE, 0, -1) if _world_fits(w, shape, caps) and (
+            budget is None or _interpreted_programs(w, shape, caps) <= budget))
     if isinstance(asked, bool) or not isinstance(asked, int) or not 1 <= asked <= POOL_SIZE:
         raise AttentionInputError(f"world_size must be an integer from 1 to {POOL_SIZE}, got {asked!r}")
     if caps.even_shards and asked > 1 and not _even(asked, shape, caps.sharding):

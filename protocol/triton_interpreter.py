@@ -11,6 +11,11 @@ import os
 VARIABLE = "TRITON_INTERPRET"
 MAX_SEQ_VARIABLE = "ATTN_TRITON_MAX_SEQ"
 INTERPRETED_MAX_SEQ = 1024
+# the most (batch, head) programs the ranks of a sharded call launch together under the interpreter
+# (protocol.sharded_adapter): ring-flash-attn's forward of examples.gaussian_queries(2000, 2, d) on 2 ranks, 2 ring
+# steps each, 8,000 programs, took 63 to 80 s alone on this 2-core machine, past the 120 s call limit beside a second
+# xdist worker; 4,096 keeps a call near 35 s
+INTERPRETED_SHARDED_PROGRAMS = 4096
 
 
 def interpret_without_gpu() -> None:

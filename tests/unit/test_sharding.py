@@ -1,8 +1,11 @@
 """specs.sharding: each layout gives every position to exactly one rank, in the order the layout says, and unshard
 inverts shard for any n and W, divisible or not; exchanged shards keep their order; and the sharded adapter runs an
-even_shards call on the largest group that splits it evenly, one rank where none does."""
+even_shards call on the largest group that splits it evenly, one rank where none does (under Triton's interpreter, the
+largest whose programs stay within the budget)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -78,9 +81,34 @@ def test_bad_arguments_are_named(args, message):
     (12, "zigzag", (3, 2)),  # 12 = 6 chunks of 2 = 4 of 3 (not 8)
     (7, "zigzag", (1,)),  # no group of two or more splits 7 evenly: the whole sequence on one rank
     (7, "contiguous", (1,)),
-    (9, "contiguous", (3,)),
+    (9, "contiguous", (3, 1)),  # one rank where the pool has no three (ATTN_RANKS=2)
 ])
 def test_an_even_shards_call_runs_on_the_largest_group_that_splits_it_evenly(n, layout, worlds):
     caps = Capabilities(faces=("sharded",), sharding=layout, even_shards=True)
     expected = next(w for w in worlds if w <= POOL_SIZE)  # ATTN_RANKS may make the pool smaller
     assert group_size(AttentionShape(1, 4, 4, n, n, 4, 4), caps, None) == expected
+
+
+@pytest.mark.parametrize(("batch", "n", "expected"), [
+    (1, 4, 4),  # a small call: the largest group
+    (1024, 4, 2),  # 4 x 4 x 1,024 programs past the budget, 2 x 2 x 1,024 within it (3 does not split 4)
+    (2000, 2, 1),  # 2 x 2 x 2,000 past it: one rank
+])
+def test_an_interpreted_ring_takes_the_largest_group_within_the_program_budget(monkeypatch, batch, n, expected):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ring = Capabilities(faces=("sharded",), even_shards=True, ring_merge=True, max_seq=1024)
+    shape = AttentionShape(batch, 1, 1, n, n, 4, 4)
+    largest = next(w for w in (4, 3, 2, 1) if w <= POOL_SIZE and n % w == 0)  # without the budget
+    assert group_size(shape, ring, None) == min(expected, largest)
+    assert group_size(shape, ring, largest) == largest  # an asked group is kept
+    compiled = dataclasses.replace(ring, max_seq=None)  # not a record of the interpreter: no budget
+    assert group_size(shape, compiled, None) == largest
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert group_size(shape, ring, None) == largest
+
+
+def test_an_all_to_all_spends_the_same_programs_on_any_group(monkeypatch):
+    """Ulysses' ranks each run one step over their share of the heads: 2,000 x 4 programs on any group, as on one."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ulysses = Capabilities(faces=("sharded",), heads_divisible=True, max_seq=1024)
+    assert group_size(AttentionShape(2000, 4, 4, 8, 8, 4, 4), ulysses, None) == (4 if POOL_SIZE >= 4 else 2)
