@@ -460,14 +460,14 @@ def judge_pack(trial, problem, arrays: tuple, raw: object, call_again) -> object
     return raw
 
 
-def judge_raise(trial, problem, summary: str, extra: Mapping | None = None) -> None:
-    """In deviation mode, end the run as explained when a declared deviation explains the call (made with `extra`)
-    raising."""
+def judge_raise(trial, problem, summary: str, extra: Mapping | None = None, d_out: np.ndarray | None = None) -> None:
+    """In deviation mode, end the run as explained when a declared deviation explains the call (made with `extra`;
+    a backward's, with the cotangent `d_out`) raising."""
     run = active()
     if run is None:
         return
     error = summary.removeprefix("the implementation raised ")
-    call = deviation_call(trial, problem, extra)
+    call = deviation_call(trial, problem, extra, d_out=d_out)
     for deviation in run.deviations:
         if deviation.explains_raise(call, error):
             run.record(deviation, f"the call raising {error.splitlines()[0][:120]}")

@@ -134,12 +134,14 @@ def perturbed_gradients(trial, problem, d_out: np.ndarray, extra: Mapping, wrt: 
     return tuple(_apply(list(grads), *moved))
 
 
-def perturbed_failure(trial, problem, failure: CallFailed, extra: Mapping | None = None) -> CallFailed:
-    """A raised error a declared deviation explains (of a call made with `extra`), as another error."""
+def perturbed_failure(trial, problem, failure: CallFailed, extra: Mapping | None = None,
+                      d_out: np.ndarray | None = None) -> CallFailed:
+    """A raised error a declared deviation explains (of a call made with `extra`; a backward's, with the cotangent
+    `d_out`), as another error."""
     deviations = _deviations()
     if not deviations or failure.kind != "raised":
         return failure
-    call = deviation_call(trial, problem, extra)
+    call = deviation_call(trial, problem, extra, d_out=d_out)
     error = failure.summary.removeprefix("the implementation raised ")
     if any(deviation.explains_raise(call, error) for deviation in deviations):
         return CallFailed(f"the implementation raised {PERTURBED}: in place of {error.splitlines()[0][:80]}",

@@ -145,16 +145,18 @@ class Trial:
             grads = self.calls.backward(self.inputs(problem), d_out, kwargs, wrt)
             grads = perturbed_gradients(self, problem, d_out, extra, wrt, grads)
         except CallFailed as failure:
-            self._call_failed(problem, failure, extra)
+            self._call_failed(problem, failure, extra, d_out)
         return judge_gradients(self, problem, d_out, extra, wrt, grads)
 
-    def _call_failed(self, problem: Problem, failure: CallFailed, extra: dict) -> NoReturn:
-        """A call (made with `extra`) that raised, crashed, ran past its limit or returned no array fails the trial,
-        unless a declared deviation explains the raise (judge_raise, while the example runs again under them)."""
+    def _call_failed(self, problem: Problem, failure: CallFailed, extra: dict,
+                     d_out: np.ndarray | None = None) -> NoReturn:
+        """A call (made with `extra`; a backward's, with the cotangent `d_out`) that raised, crashed, ran past its
+        limit or returned no array fails the trial, unless a declared deviation explains the raise (judge_raise,
+        while the example runs again under them)."""
         __tracebackhide__ = True
-        failure = perturbed_failure(self, problem, failure, extra)
+        failure = perturbed_failure(self, problem, failure, extra, d_out)
         if failure.kind == "raised":
-            judge_raise(self, problem, failure.summary, extra)
+            judge_raise(self, problem, failure.summary, extra, d_out)
         self.fail(failure.summary, problem)
 
     def expect_raised(self, problem: Problem, accepted: str, **extra) -> str:

@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from specs.deviations.base import Call, Deviation, DeviationError, PatternDeviation
-from specs.deviations.ring_steps import ring_schedule
+from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, ring_schedule
 
 ACCEPTS_READS = {
     "values-past-the-keys-ignored": "v longer than k: the values past the last key are never read",
@@ -77,6 +77,23 @@ class RaisesOnEmptyRingBlock(Deviation):
                  if any(held[block.rows].size == 0 or block.keys.size == 0 for block in blocks)}
         named = RANK_NAMED.search(error.rstrip())
         return bool(empty) and (named is None or int(named.group(1)) in empty)
+
+
+class BackwardFailsOnOneRank(Deviation):
+    name = "backward-fails-on-one-rank"
+    summary = ("ring-flash-attn's backward on a process group of one rank (a length no larger group splits evenly): "
+               "its forward guards its sends, but the backward sends each step's dK, dV shares on unguarded, to its "
+               "own rank, which gloo refuses (a RuntimeError); the zigzag backward of a causal call first halves the "
+               "rank's shard, and a shard of one position has no second half (an IndexError); a forward, or a call "
+               "on two ranks or more, is not this behaviour")
+
+    def explains_raise(self, call: Call, error: str) -> bool:
+        """A backward (the call carries its cotangent) of a sharded call on one rank, raising the error its first
+        failing step raises."""
+        if call.d_out is None or call.tiles.get(WORLD_SIZE) != 1:
+            return False
+        halved = call.tiles.get(LAYOUT) == "zigzag" and bool(call.keywords.get("causal")) and call.q.shape[2] < 2
+        return error.partition(": ")[0] == ("IndexError" if halved else "RuntimeError")
 
 
 class Accepts(Deviation):
@@ -168,4 +185,5 @@ class KeepsScoreMatrix(Deviation):
         return matrix / 4 <= observed["resident_growth"] <= self.params.get("copies", 4) * matrix
 
 
-ERROR_DEVIATIONS = (Rejects, RaisesOnEmptyRingBlock, Accepts, CheckerReports, KeepsScoreMatrix)
+ERROR_DEVIATIONS = (Rejects, RaisesOnEmptyRingBlock, BackwardFailsOnOneRank, Accepts, CheckerReports,
+                    KeepsScoreMatrix)

@@ -1,7 +1,8 @@
 """raises-on-empty-ring-block through the harness (specs.deviations.errors): a sharded call's raise is explained only
 where the group it ran on gives some rank an empty block, the group a property asked for (world_size) included, and
 only from a rank that has one. The fixture's rank 0 asserts on every causal call, so only the modelled condition
-tells the explained raises from the others."""
+tells the explained raises from the others. And backward-fails-on-one-rank: a backward's raise is explained on a group
+of one rank only (the call's cotangent reaches the deviation), not the same raise on four."""
 
 from __future__ import annotations
 
@@ -60,3 +61,20 @@ def test_another_error_type_is_not_the_behaviour(asserting):
     problem = _causal(4)
     with deviation_mode(_run(asserting, "ValueError")), pytest.raises(PropertyViolation, match="raised AssertionError"):
         Trial(asserting, problem).call(problem)
+
+
+def test_a_backward_raising_on_one_rank_is_explained_and_on_four_is_not():
+    """n = 1 runs on one rank, n = 4 on four: the fixture's backward raises on both, the deviation explains the
+    first."""
+    variant = Variant(load_impl("tests/fixtures/sharded_impls.py:backward_raises"), "float64")
+    deviation = deviation_from_fields("backward-fails-on-one-rank", {}, "test")
+    rows = (Expectation(variant.impl.name, "differentiable-end-to-end", "fixture", ("float64",), deviation),)
+    for n, explained in ((1, True), (4, False)):
+        problem = build(n_q=n, n_k=n, d=2, d_v=2, seed=3)
+        trial = Trial(variant, problem)
+        d_out = trial.cotangent(problem, 5)
+        run = DeviationRun(rows)
+        with deviation_mode(run), pytest.raises(ExplainedStop if explained else PropertyViolation):
+            trial.gradients(problem, d_out)
+        assert run.fired == ({"backward-fails-on-one-rank"} if explained else set())
+        trial.call(problem)  # the forward runs on either group

@@ -1,10 +1,13 @@
 """The deviations that read ring-flash-attn's blocks (specs.deviations.ring_steps) from a sharded call's group size and
 layout: flash-attn's NaN at a scale of 0 or below on the keys padding a block's last tile (ring_steps), the NaN dQ
 share of such a block where the weights overflow, which the backward's buffer puts on other rows too, and its
-assertion on an empty block (raises-on-empty-ring-block). The rows and ranks expected here are worked out by hand from
+assertion on an empty block (raises-on-empty-ring-block), and its backward's failure on one rank
+(backward-fails-on-one-rank). The rows and ranks expected here are worked out by hand from
 the library's three forwards (the comments), not by the schedule under test."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -130,3 +133,23 @@ def test_the_ring_and_zigzag_blocks_are_never_empty_at_one_position_a_rank(layou
 def test_raises_names_an_exception_type():
     with pytest.raises(DeviationError, match="`raises` names the exception's type"):
         deviation_from_fields("raises-on-empty-ring-block", {"raises": "an assertion"}, "test")
+
+
+@pytest.mark.parametrize(("error", "n", "world", "layout", "causal", "backward", "expected"), [
+    ("RuntimeError: Pair is not connected (rank 0)", 4, 1, "contiguous", False, True, True),  # the send to itself
+    ("RuntimeError: Pair is not connected (rank 0)", 2, 1, "zigzag", True, True, True),  # halves of one position each
+    ("IndexError: tuple index out of range (rank 0)", 1, 1, "zigzag", True, True, True),  # dout.chunk(2)[1] of one
+    ("RuntimeError: Pair is not connected (rank 0)", 1, 1, "zigzag", True, True, False),  # the halving fails first
+    ("IndexError: tuple index out of range (rank 0)", 2, 1, "zigzag", True, True, False),  # two positions halve
+    ("IndexError: tuple index out of range (rank 0)", 1, 1, "zigzag", False, True, False),  # the ring's backward
+    ("RuntimeError: Pair is not connected (rank 0)", 4, 2, "contiguous", False, True, False),  # two ranks
+    ("RuntimeError: Pair is not connected (rank 0)", 4, 1, "contiguous", False, False, False),  # a forward
+    ("RuntimeError: Pair is not connected", 4, None, "contiguous", False, True, False),  # not a sharded call
+])
+def test_a_one_rank_backward_explains_the_error_its_first_failing_step_raises(error, n, world, layout, causal,
+                                                                            backward, expected):
+    call = _call(n, world=world, layout=layout, causal=causal)
+    if backward:
+        call = dataclasses.replace(call, d_out=np.ones(call.q.shape))
+    deviation = deviation_from_fields("backward-fails-on-one-rank", {}, "test")
+    assert deviation.explains_raise(call, error) is expected
