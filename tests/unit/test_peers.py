@@ -765,6 +765,37 @@ def test_ring_flash_attn_stripe_asserts_where_its_declared_deviation_says(world,
         np.testing.assert_allclose(_numpy(out), attention(*arrays, causal=True).out, atol=2e-6)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "stripe"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("world", "n"), [(1, 1), (1, 2), (2, 4)])
+def test_ring_flash_attn_s_backward_fails_where_its_declared_deviation_says(layout, causal, world, n):
+    """On a group of one rank every backward raises, and backward-fails-on-one-rank explains what it raises (zigzag's
+    causal call of one position: the IndexError of halving its shard); on two ranks the backward runs, and the same
+    errors would not be explained."""
+    pytest.importorskip("torch")
+    from protocol.rank_pool import RankFailed
+
+    impl = load_impl(f"impls.peers.ring_flash_attn:ring_flash_attn_{RING_FLASH_ATTN_RECORDS[layout]}")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    rng = np.random.default_rng(n)
+    arrays = [rng.standard_normal((1, 1, n, 4)) for _ in range(4)]
+    q, k, v = _torch(arrays[:3], "float32")
+    for x in (q, k, v):
+        x.requires_grad_()
+    call = Call(*arrays[:3], {"causal": causal}, "float32", d_out=arrays[3],
+                tiles={"world_size": world, "layout": layout})
+    deviation = deviation_from_fields("backward-fails-on-one-rank", {}, "test")
+    out = impl.fn(q, k, v, causal=causal, world_size=world)  # the session's pool; the forward runs on any group
+    if world == 1:
+        with pytest.raises(RankFailed) as failed:
+            out.backward(_torch(arrays[3:], "float32")[0])
+        assert deviation.explains_raise(call, failed.value.summary), failed.value.summary
+    else:
+        out.backward(_torch(arrays[3:], "float32")[0])
+        assert not any(deviation.explains_raise(call, error) for error in ("RuntimeError: ", "IndexError: "))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_yunchang_ulysses_adapter_swaps_heads_and_sequence_as_the_oracle_reads_it(causal):
     """float32 under the interpreter on two ranks: 4 heads, 8 positions, out within float32's rounding."""
