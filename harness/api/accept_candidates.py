@@ -31,8 +31,9 @@ SETTINGS: dict[str, tuple[dict, ...]] = {
     "padded-keys-nan-at-nonpositive-scale": KEY_TILES,
     "merge-rounds-at-partial-size": tuple({"merges": ranks} for ranks in (2, 3, 4)),  # the sharded groups' sizes
 }
-NEEDS_THE_FAILURE = ("rejects", "raises-on-empty-ring-block", "accepts", "checker-reports", "keeps-score-matrix",
-                     "key-blocks-normalised-alone", "unwritten-shared-memory-read")
+NEEDS_THE_FAILURE = ("rejects", "raises-on-empty-ring-block", "backward-fails-on-one-rank", "accepts",
+                     "checker-reports", "keeps-score-matrix", "key-blocks-normalised-alone",
+                     "unwritten-shared-memory-read")
 RAISED = re.compile(r"^the implementation raised (\w+): (.*)")
 REPORTED = re.compile(r"^(memcheck|racecheck|synccheck) reports a defect in [^:]*: (.*)")
 WORDS = 8  # of an error's text, in the pattern accept mode writes
@@ -52,6 +53,7 @@ def candidates(failure: PropertyViolation) -> list[Deviation]:
     raised = RAISED.match(failure.summary)
     if raised:  # a modelled condition before a pattern of the text
         return [CATALOGUE["raises-on-empty-ring-block"](raises=raised.group(1)),
+                CATALOGUE["backward-fails-on-one-rank"](),
                 CATALOGUE["rejects"](raises=raised.group(1), match=_pattern(raised.group(2)))]
     reported = REPORTED.match(failure.summary)
     if reported:
