@@ -3,7 +3,9 @@
 Peer: ring-flash-attn 0.1.8 over flash-attn 2.8.3.post2's Triton backend (under triton 3.6.0's interpreter on the CPU),
 one rank over gloo. The forward guards its sends (`if step + 1 != world_size`), so it runs; ring_flash_attn_backward
 ends every step with `d_kv_comm.send_recv_kv(dk, dv)` unguarded, and on one rank that is a send to itself, which
-gloo refuses. A ring of one is attention on one device: it should run, or be refused by name. Status: new.
+gloo refuses. zigzag_ring_flash_attn_func's backward of a causal call of one position fails before that send: it
+halves the rank's cotangent (dout.chunk(2, dim=1)[1]), and one position has no second half (an IndexError). A ring of
+one is attention on one device: it should run, or be refused by name. Status: new.
 """
 import os
 import sys
