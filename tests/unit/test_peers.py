@@ -780,7 +780,7 @@ def test_ring_flash_attn_s_backward_fails_where_its_declared_deviation_says(layo
         pytest.skip(impl.unavailable)
     rng = np.random.default_rng(n)
     arrays = [rng.standard_normal((1, 1, n, 4)) for _ in range(4)]
-    q, k, v = _torch(arrays[:3], "float32")
+    q, k, v, d_out = _torch(arrays, "float32")
     for x in (q, k, v):
         x.requires_grad_()
     call = Call(*arrays[:3], {"causal": causal}, "float32", d_out=arrays[3],
@@ -789,10 +789,10 @@ def test_ring_flash_attn_s_backward_fails_where_its_declared_deviation_says(layo
     out = impl.fn(q, k, v, causal=causal, world_size=world)  # the session's pool; the forward runs on any group
     if world == 1:
         with pytest.raises(RankFailed) as failed:
-            out.backward(_torch(arrays[3:], "float32")[0])
+            out.backward(d_out)
         assert deviation.explains_raise(call, failed.value.summary), failed.value.summary
     else:
-        out.backward(_torch(arrays[3:], "float32")[0])
+        out.backward(d_out)
         assert not any(deviation.explains_raise(call, error) for error in ("RuntimeError: ", "IndexError: "))
 
 
