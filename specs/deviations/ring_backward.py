@@ -95,7 +95,9 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         rule at its rows times its terms' magnitude over the row's (|scale| sum_j P_ij (|dP_ij| + |Delta_i|) |k_j|
         over its keys, with the Delta it read): the shares of a correct ring add up to the rule, a float32 share the
         aliased buffer returns twice counts twice, one written to other rows (zigzag's second half into the first)
-        counts there, and a misread Delta makes a share's terms larger than the row's. The ring's dQ is also rounded
+        counts there, and a misread Delta makes a share's terms larger than the row's. Each share's Delta also reads
+        the out the forward stored, whose blocks' outs were rounded to the inputs' dtype before the merge
+        (_stored_out_error): |scale| sum_j P_ij |k_j| sum_c |dO_ic| e_ic over its keys. The ring's dQ is also rounded
         to bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs'
         dtype."""
         grads = self._gradients(call)
@@ -164,22 +166,29 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
             # result, whose size-1 head dim torch strides by n_local: the backward copies that out contiguous
             misread = call.q.shape[-1] == 1 and any(step.rows == steps[0].rows for step in steps[1:])
             misread_any |= misread
+            out_error = self._stored_out_error(call, v_all, held, steps)
             dq_shares = []
             for step in steps:
                 at = held[step.rows]
                 read = _d_out_as_read(call.d_out[:, :, held], step.rows) if misread else call.d_out[:, :, at]
                 delta = np.sum(result.out[:, :, at] * read, axis=-1, keepdims=True)
+                # Delta_i = rowsum(O * dO) from the out the forward stored: off by sum_c |dO_ic| e_ic, into each term
+                delta_error = np.sum(np.abs(read) * out_error[:, :, step.rows], axis=-1, keepdims=True)
                 weights = result.weights[:, :, at][..., step.keys]
                 d_s = weights * (d_p[:, :, at][..., step.keys] - delta)
+                d_s_error = abs(result.scale) * weights * delta_error
                 share_q, share_k = self._terms(call, weights, d_p[:, :, at][..., step.keys], delta,
                                                k_all[:, :, step.keys], call.q[:, :, at])
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
-                dq_shares.append(_stored(dq_share, rounding * np.abs(dq_share),
+                dq_shares.append(_stored(dq_share,
+                                         rounding * np.abs(dq_share) + d_s_error @ np.abs(k_all[:, :, step.keys]),
                                          rule_q[:, :, at] * _ratio(share_q, terms_q[:, :, at]), call.dtype))
                 # the kernel sums a kv head's group into its dK share
                 dk_heads = result.scale * (d_s.swapaxes(-1, -2) @ call.q[:, :, at])
+                dk_error = d_s_error.swapaxes(-1, -2) @ np.abs(call.q[:, :, at])
                 dk[..., step.keys, :] += _stored(sum_groups(dk_heads, call.k.shape[1]),
-                                                 rounding * sum_groups(np.abs(dk_heads), call.k.shape[1]),
+                                                 rounding * sum_groups(np.abs(dk_heads), call.k.shape[1])
+                                                 + sum_groups(dk_error, call.k.shape[1]),
                                                  rule_k[:, :, step.keys] * _ratio(share_k, terms_k[:, :, step.keys]),
                                                  call.dtype)
             # float32's dq is the buffer itself: a share it adds comes twice
@@ -194,6 +203,22 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
             # beyond the gradient rule: the shares' rounding, and their kernel errors past the rule's at the element
             grads[name] = (value, bound + np.maximum(kernel - rule, 0.0), unsure > 0)
         return grads
+
+    @staticmethod
+    def _stored_out_error(call: Call, v_all: np.ndarray, held: np.ndarray, steps) -> np.ndarray:
+        """A bound on the error of the out a rank's forward stored, over its rows `held`: each block's out, O_b =
+        sum_(j in b) P_ij v_j / w_b with w_b = sum_(j in b) P_ij, is returned in the inputs' dtype and merged in
+        float32 with weight w_b, and the merged out rounded to the inputs' dtype: SAFETY u (sum_b |sum_(j in b) P_ij
+        v_j| + |O_i|). The rule's D term takes u |O_i| only (one rounding of an accurate out), which is far below
+        this where the blocks' outs cancel (O_i near 0 from blocks of size 4 in float16: an error near 2e-3). The
+        blocks are the backward's steps (the forward merges the same); float32's block outs are its accumulators',
+        so there the term only repeats the rule's own."""
+        result = call.oracle
+        blocks = np.zeros(result.out[:, :, held].shape)
+        for step in steps:
+            at = held[step.rows]
+            blocks[:, :, step.rows] += np.abs(result.weights[:, :, at][..., step.keys] @ v_all[:, :, step.keys])
+        return SAFETY * unit_roundoff(call.dtype) * (blocks + np.abs(result.out[:, :, held]))
 
     @staticmethod
     def _terms(call: Call, weights: np.ndarray, d_p: np.ndarray, delta: np.ndarray, k_all: np.ndarray,

@@ -626,6 +626,38 @@ def test_ring_flash_attn_s_float16_shares_past_its_range_are_inf_where_its_decla
         assert np.all(np.abs(got - value)[finite] <= (oracle.allowances[index].bound + extra[name])[finite])
 
 
+def test_ring_flash_attn_s_float16_dq_follows_the_out_its_forward_stored_within_its_declared_deviation():
+    """The peers run's example (2 heads over 1 kv head, 4 positions of head dim 1, integer scores and values, two
+    ranks): a row's two blocks' outs, near +-3.9, are each returned in float16 and cancel in the merge, so the
+    misread dO's rowsum(O * dO) carries their rounding (the library's dQ there is 1.2e-3, the oracle's 4e-9, the
+    re-enactment from the exact out -2e-7, its shares +-0.19); dq-accumulator-aliases-step-buffer allows the stored
+    out's error and explains every element."""
+    pytest.importorskip("torch")
+    from harness.api.trial import Trial
+    from protocol.registry import Variant
+    from specs.derivations import spans_taken
+    from specs.problems import build
+
+    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    problem = spans_taken(build(batch=2, heads=2, n_q=5, n_k=5, seed=14, score_style="integers",
+                                value_style="integers"), queries=(0, 4), keys=(0, 4))
+    arrays = [x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v)]
+    d_out = Trial(Variant(impl, "float16"), problem).cotangent(problem, 14).astype(np.float64)  # the run's (seed 14)
+    q, k, v = _torch(arrays, "float16")
+    q.requires_grad_()
+    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
+    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
+    (judged, value), extra = deviation.predicted_values(call)["dq"], deviation.extra_allowance(call)["dq"]
+    oracle = gradient_allowance(*arrays, d_out, dtype="float16")
+    got = _numpy(q.grad)
+    assert judged.all()
+    assert abs(got[0, 1, 2, 0] - value[0, 1, 2, 0]) > 1e-3 > abs(value[0, 1, 2, 0])  # the stored out's rounding
+    assert np.all(np.abs(got - value) <= oracle.allowances[0].bound + extra)
+
+
 def test_ring_flash_attn_s_float16_shares_that_cancel_are_nan_where_its_declared_deviation_says():
     """docs/findings/ring_flash_attn_float16_dq_share_overflows_its_buffer.py through the adapter: dQ is 0 on every
     row, and the library's, NaN, is dq-accumulator-aliases-step-buffer's prediction (its shares +-70,711 are +-inf
