@@ -183,3 +183,28 @@ def test_float16_shares_that_cancel_past_its_range_are_nan_where_the_oracle_is_0
     assert judged.all() and np.isnan(value[..., 0]).all() and np.isnan(dq[..., 0]).all()
     oracle = gradient_allowance(q, k, v, d_out, dtype="float16")
     assert np.all(oracle.grads[0] == 0.0)
+
+
+def test_float16_blocks_that_cancel_reach_dq_through_the_stored_out_and_twice_their_rounding_does_not():
+    """The peers run's example (2 heads over 1 kv head, head dim 1, integer scores and values, two ranks): a row's
+    two blocks' outs, near +-3.9, are returned in float16 and cancel in the merge, so the misread dO's rowsum(O * dO)
+    carries their rounding into dQ (1.1e-3 in memory, 1.2e-3 from the library, where the re-enactment from the exact
+    out gives -2e-7): explained, as is the backward from the exact out. A dQ off at that element by three times what
+    the allowance grants beyond the gradient rule (the shares' rounding and the stored out's error) is refused."""
+    problem = spans_taken(build(batch=2, heads=2, n_q=5, n_k=5, seed=14, score_style="integers",
+                                value_style="integers"), queries=(0, 4), keys=(0, 4))
+    q, k, v = (x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = Trial(Variant(load_impl(RING), "float16"), problem).cotangent(problem, 14).astype(np.float64)
+    oracle = gradient_allowance(q, k, v, d_out, dtype="float16")
+    dq, dk = ring_backward_dq(q, k, v, d_out, world=2, causal=False, dtype="float16")
+    call = Call(q, k, v, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    predicted = DEVIATION.predicted_values(call)
+    assert abs(dq[0, 1, 2, 0] - predicted["dq"][1][0, 1, 2, 0]) > 1e-3  # the stored out's rounding
+    assert _judged((dq, dk, oracle.grads[2]), problem, d_out, "float16").fired == {NAME}
+    assert _judged((predicted["dq"][1], predicted["dk"][1], oracle.grads[2]), problem, d_out,
+                   "float16").fired == {NAME}
+    allowance = oracle.allowances[0].bound + DEVIATION.extra_allowance(call)["dq"]
+    wrong = predicted["dq"][1].copy()
+    wrong[0, 1, 2, 0] += 3 * (allowance[0, 1, 2, 0] - oracle.allowances[0].bound[0, 1, 2, 0])
+    with pytest.raises(PropertyViolation, match="declared deviations predict"):
+        _judged((wrong, dk, oracle.grads[2]), problem, d_out, "float16")
