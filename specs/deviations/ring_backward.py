@@ -15,7 +15,7 @@ import numpy as np
 
 from specs.deviations.base import Call, Deviation
 from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, rank_dq, ring_schedule
-from specs.dtypes import numpy_dtype
+from specs.dtypes import finfo, numpy_dtype
 from specs.gradients import sum_groups
 from specs.reference import repeat_kv
 from specs.tolerance import SAFETY, ToleranceUndefined, gradient_allowance, unit_roundoff
@@ -97,7 +97,9 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         aliased buffer returns twice counts twice, one written to other rows (zigzag's second half into the first)
         counts there, and a misread Delta makes a share's terms larger than the row's. Each share's Delta also reads
         the out the forward stored, whose blocks' outs were rounded to the inputs' dtype before the merge
-        (_stored_out_error): |scale| sum_j P_ij |k_j| sum_c |dO_ic| e_ic over its keys. The ring's dQ is also rounded
+        (_stored_out_error): |scale| sum_j P_ij |k_j| sum_c |dO_ic| e_ic over its keys; and the kernel rounds dS to
+        the inputs' dtype before its products, absolutely below the smallest normal: half the smallest subnormal
+        times |scale| |k_j| (dQ) or |q_i| (dK) for each such dS_ij. The ring's dQ is also rounded
         to bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs'
         dtype."""
         grads = self._gradients(call)
@@ -160,6 +162,7 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         # within its error of its dtype's overflow, so that either side may be the kernel's
         dq, dk = np.zeros((4, *call.q.shape)), np.zeros((4, *call.k.shape))
         rounding = SAFETY * 2 * unit_roundoff(call.dtype)
+        normal, underflow = float(finfo(call.dtype).tiny), float(finfo(call.dtype).smallest_subnormal) / 2
         misread_any = False
         for held, steps in schedule:
             # the forward merges the same blocks; one over every row after the first replaces out by the merge's
@@ -176,7 +179,9 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                 delta_error = np.sum(np.abs(read) * out_error[:, :, step.rows], axis=-1, keepdims=True)
                 weights = result.weights[:, :, at][..., step.keys]
                 d_s = weights * (d_p[:, :, at][..., step.keys] - delta)
-                d_s_error = abs(result.scale) * weights * delta_error
+                # the kernel rounds dS to the inputs' dtype before its products: below the smallest normal that
+                # rounding is absolute, up to half the smallest subnormal (the rule's u |dS| is relative)
+                d_s_error = abs(result.scale) * (weights * delta_error + np.where(np.abs(d_s) < normal, underflow, 0.0))
                 share_q, share_k = self._terms(call, weights, d_p[:, :, at][..., step.keys], delta,
                                                k_all[:, :, step.keys], call.q[:, :, at])
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])

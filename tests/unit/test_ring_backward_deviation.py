@@ -208,3 +208,25 @@ def test_float16_blocks_that_cancel_reach_dq_through_the_stored_out_and_twice_th
     wrong[0, 1, 2, 0] += 3 * (allowance[0, 1, 2, 0] - oracle.allowances[0].bound[0, 1, 2, 0])
     with pytest.raises(PropertyViolation, match="declared deviations predict"):
         _judged((wrong, dk, oracle.grads[2]), problem, d_out, "float16")
+
+
+def test_float16_ds_below_the_smallest_normal_rounds_absolutely_and_that_reaches_dk():
+    """The peers run's next example (2 heads over 1 kv head, head dim 1, queries up to 92, two ranks): the misread
+    dO makes dS of about 1e-8, below float16's smallest normal, where the kernel's ds.to(float16) errs by up to half
+    the smallest subnormal whatever dS is, and dK sums it over queries of up to 92: dK[1, 0, 11, 0] is 1.55e-6 in
+    memory (the library's exactly), 1.40e-6 from the float64 dS, 1.5e-7 apart where the gradient rule allows 6e-8.
+    Explained; a dK past the allowance at that element is refused."""
+    problem = build(batch=2, heads=2, n_q=14, n_k=14, seed=14, score_style="large", value_style="offset")
+    q, k, v = (x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v))
+    d_out = Trial(Variant(load_impl(RING), "float16"), problem).cotangent(problem, 14).astype(np.float64)
+    oracle = gradient_allowance(q, k, v, d_out, dtype="float16")
+    dq, dk = ring_backward_dq(q, k, v, d_out, world=2, causal=False, dtype="float16")
+    call = Call(q, k, v, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    predicted = DEVIATION.predicted_values(call)["dk"][1]
+    at = (1, 0, 11, 0)
+    assert abs(dk[at] - predicted[at]) > 2 * oracle.allowances[1].bound[at]
+    assert _judged((dq, dk, oracle.grads[2]), problem, d_out, "float16").fired == {NAME}
+    wrong = dk.copy()
+    wrong[at] = predicted[at] + 2 * DEVIATION.extra_allowance(call)["dk"][at] + oracle.allowances[1].bound[at]
+    with pytest.raises(PropertyViolation, match="declared deviations predict"):
+        _judged((dq, wrong, oracle.grads[2]), problem, d_out, "float16")
