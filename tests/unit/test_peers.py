@@ -586,6 +586,39 @@ def test_ring_flash_attn_s_backward_is_what_its_declared_deviation_predicts(layo
         assert np.any(np.abs(_numpy(q.grad) - oracle.grads[0]) > oracle.allowances[0].bound)
 
 
+def _ring_float16_run(problem, seed: int):
+    """One of the peers run's float16 examples through ring-flash-attn's ring on two ranks, with the run's cotangent
+    (drawn from `seed`): the library's dQ and dK, dq-accumulator-aliases-step-buffer's prediction, allowance beyond
+    the rule and undefined elements, and the oracle."""
+    from harness.api.trial import Trial
+    from protocol.registry import Variant
+
+    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
+    if impl.unavailable:
+        pytest.skip(impl.unavailable)
+    arrays = [x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v)]
+    d_out = Trial(Variant(impl, "float16"), problem).cotangent(problem, seed).astype(np.float64)
+    q, k, v = _torch(arrays, "float16")
+    for x in (q, k):
+        x.requires_grad_()
+    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
+    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
+    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
+    return ({"dq": _numpy(q.grad), "dk": _numpy(k.grad)}, deviation.predicted_values(call),
+            deviation.extra_allowance(call), deviation.undefined(call), gradient_allowance(*arrays, d_out,
+                                                                                         dtype="float16"))
+
+
+def _within_the_prediction(got, predicted, extra, oracle) -> None:
+    """Every judged element of each gradient predicted: the prediction's +-inf and NaN exactly, the rest within the
+    rule and the deviation's allowance."""
+    for name, (judged, value) in predicted.items():
+        exact, finite = judged & ~np.isfinite(value), judged & np.isfinite(value)
+        np.testing.assert_array_equal(got[name][exact], value[exact])
+        bound = oracle.allowances[("dq", "dk").index(name)].bound + extra[name]
+        assert np.all(np.abs(got[name] - value)[finite] <= bound[finite]), name
+
+
 def test_ring_flash_attn_s_float16_shares_past_its_range_are_inf_where_its_declared_deviation_says():
     """The peers run's example (2 heads over 1 kv head, 4 positions of head dim 1 on two ranks, scores near 1000):
     the misplaced dO makes dQ's and dK's shares past float16's 65504, which their float16 buffers hold as inf; the
@@ -594,102 +627,43 @@ def test_ring_flash_attn_s_float16_shares_past_its_range_are_inf_where_its_decla
     leaves undefined: within its error of 65408, past which the ring's bfloat16 dQ is 65536, inf as float16 (the
     library's is inf)."""
     pytest.importorskip("torch")
-    from harness.api.trial import Trial
-    from protocol.registry import Variant
     from specs.derivations import spans_taken
     from specs.problems import build
 
-    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
-    if impl.unavailable:
-        pytest.skip(impl.unavailable)
     problem = spans_taken(build(heads=2, n_q=5, n_k=5, seed=2, score_style="large", value_style="offset"),
                           queries=(0, 4), keys=(0, 4))
-    arrays = [x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v)]
-    d_out = Trial(Variant(impl, "float16"), problem).cotangent(problem, 2).astype(np.float64)  # the run's (seed 2)
-    q, k, v = _torch(arrays, "float16")
-    for x in (q, k, v):
-        x.requires_grad_()
-    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
-    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
-    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
-    predicted, extra = deviation.predicted_values(call), deviation.extra_allowance(call)
-    undefined = deviation.undefined(call)
-    oracle = gradient_allowance(*arrays, d_out, dtype="float16")
+    got, predicted, extra, undefined, oracle = _ring_float16_run(problem, 2)
     assert np.all(np.abs(oracle.grads[0]) < 1e-60)
     assert undefined["dq"].sum() == 1 and not undefined["dk"].any()
-    for index, name in enumerate(("dq", "dk")):
-        got, (judged, value) = _numpy((q, k)[index].grad), predicted[name]
+    for name, (judged, value) in predicted.items():
         np.testing.assert_array_equal(judged, ~undefined[name])
-        infinite, finite = judged & np.isinf(value), judged & np.isfinite(value)
-        assert infinite.any(), name  # the example reaches the overflow
-        np.testing.assert_array_equal(got[infinite], value[infinite])
-        assert np.all(np.abs(got - value)[finite] <= (oracle.allowances[index].bound + extra[name])[finite])
+        assert (judged & np.isinf(value)).any(), name  # the example reaches the overflow
+    _within_the_prediction(got, predicted, extra, oracle)
 
 
-def test_ring_flash_attn_s_float16_dq_follows_the_out_its_forward_stored_within_its_declared_deviation():
-    """The peers run's example (2 heads over 1 kv head, 4 positions of head dim 1, integer scores and values, two
-    ranks): a row's two blocks' outs, near +-3.9, are each returned in float16 and cancel in the merge, so the
-    misread dO's rowsum(O * dO) carries their rounding (the library's dQ there is 1.2e-3, the oracle's 4e-9, the
-    re-enactment from the exact out -2e-7, its shares +-0.19); dq-accumulator-aliases-step-buffer allows the stored
-    out's error and explains every element."""
+@pytest.mark.parametrize(("build_keywords", "spans", "name", "at"), [
+    # a row's two blocks' outs, near +-3.9, are each returned in float16 and cancel in the merge, so the misread dO's
+    # rowsum(O * dO) carries their rounding: the library's dQ there is 1.2e-3, the oracle's 4e-9, the re-enactment
+    # from the exact out -2e-7
+    (dict(score_style="integers", value_style="integers", n_q=5, n_k=5), (0, 4), "dq", (0, 1, 2, 0)),
+    # the misread dO leaves dS near 1e-8, which the kernel rounds to float16 subnormals before dK sums it over queries
+    # of up to 92: the library's dK there is 1.55e-6, the float64 dS's 1.40e-6, the rule allows 6e-8
+    (dict(score_style="large", value_style="offset", n_q=14, n_k=14), None, "dk", (1, 0, 11, 0))])
+def test_ring_flash_attn_s_float16_rounding_past_the_rule_is_within_its_declared_deviation_s_allowance(
+        build_keywords, spans, name, at):
+    """The peers run's examples (2 heads over 1 kv head, head dim 1, two ranks, the run's seed 14): an element more
+    than twice the rule from dq-accumulator-aliases-step-buffer's float64 prediction, which its allowance for the
+    stored out's rounding and for subnormal dS covers, as every other element."""
     pytest.importorskip("torch")
-    from harness.api.trial import Trial
-    from protocol.registry import Variant
     from specs.derivations import spans_taken
     from specs.problems import build
 
-    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
-    if impl.unavailable:
-        pytest.skip(impl.unavailable)
-    problem = spans_taken(build(batch=2, heads=2, n_q=5, n_k=5, seed=14, score_style="integers",
-                                value_style="integers"), queries=(0, 4), keys=(0, 4))
-    arrays = [x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v)]
-    d_out = Trial(Variant(impl, "float16"), problem).cotangent(problem, 14).astype(np.float64)  # the run's (seed 14)
-    q, k, v = _torch(arrays, "float16")
-    q.requires_grad_()
-    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
-    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
-    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
-    (judged, value), extra = deviation.predicted_values(call)["dq"], deviation.extra_allowance(call)["dq"]
-    oracle = gradient_allowance(*arrays, d_out, dtype="float16")
-    got = _numpy(q.grad)
-    assert judged.all()
-    assert abs(got[0, 1, 2, 0] - value[0, 1, 2, 0]) > 1e-3 > abs(value[0, 1, 2, 0])  # the stored out's rounding
-    assert np.all(np.abs(got - value) <= oracle.allowances[0].bound + extra)
-
-
-def test_ring_flash_attn_s_float16_dk_from_subnormal_ds_is_within_its_declared_deviation_s_allowance():
-    """The peers run's next example (2 heads over 1 kv head, 14 positions of head dim 1, queries up to 92, two
-    ranks): the misread dO leaves dS near 1e-8, which the kernel rounds to float16 subnormals before dK sums it over
-    the queries; dK[1, 0, 11, 0] is 1.55e-6 where the float64 dS gives 1.40e-6 and the rule allows 6e-8:
-    dq-accumulator-aliases-step-buffer's allowance for subnormal dS covers it, and every other element."""
-    pytest.importorskip("torch")
-    from harness.api.trial import Trial
-    from protocol.registry import Variant
-    from specs.problems import build
-
-    impl = load_impl("impls.peers.ring_flash_attn:ring_flash_attn_ring")
-    if impl.unavailable:
-        pytest.skip(impl.unavailable)
-    problem = build(batch=2, heads=2, n_q=14, n_k=14, seed=14, score_style="large", value_style="offset")
-    arrays = [x.astype(np.float16).astype(np.float64) for x in (problem.q, problem.k, problem.v)]
-    d_out = Trial(Variant(impl, "float16"), problem).cotangent(problem, 14).astype(np.float64)  # the run's (seed 14)
-    q, k, v = _torch(arrays, "float16")
-    for x in (q, k):
-        x.requires_grad_()
-    impl.fn(q, k, v, world_size=2).backward(_torch([d_out], "float16")[0])  # the session's pool
-    call = Call(*arrays, {}, "float16", d_out=d_out, tiles={"world_size": 2, "layout": "contiguous"})
-    deviation = deviation_from_fields("dq-accumulator-aliases-step-buffer", {}, "test")
-    predicted, extra = deviation.predicted_values(call), deviation.extra_allowance(call)
-    oracle = gradient_allowance(*arrays, d_out, dtype="float16")
-    at = (1, 0, 11, 0)
-    got = _numpy(k.grad)
-    assert abs(got[at] - predicted["dk"][1][at]) > 2 * oracle.allowances[1].bound[at]
-    for index, name in enumerate(("dq", "dk")):
-        got, (judged, value) = _numpy((q, k)[index].grad), predicted[name]
-        finite = judged & np.isfinite(value)
-        np.testing.assert_array_equal(got[judged & ~finite], value[judged & ~finite])
-        assert np.all(np.abs(got - value)[finite] <= (oracle.allowances[index].bound + extra[name])[finite]), name
+    problem = build(batch=2, heads=2, seed=14, **build_keywords)
+    if spans is not None:
+        problem = spans_taken(problem, queries=spans, keys=spans)
+    got, predicted, extra, _, oracle = _ring_float16_run(problem, 14)
+    assert abs(got[name][at] - predicted[name][1][at]) > 2 * oracle.allowances[("dq", "dk").index(name)].bound[at]
+    _within_the_prediction(got, predicted, extra, oracle)
 
 
 def test_ring_flash_attn_s_float16_shares_that_cancel_are_nan_where_its_declared_deviation_says():
