@@ -24,6 +24,7 @@ from specs.tolerance.algebra import (
 )
 from specs.tolerance.gradient_bounds import (
     K_GRADIENT,
+    OPERANDS_BELOW_NORMAL,
     STORED_OUTPUT_UNDERFLOW,
     GradientOracle,
     directional_derivative_allowance,
@@ -45,6 +46,7 @@ from specs.tolerance.model import (
     merge_order_allowance,
     merged_terms,
     own_rounding_bound,
+    rounding_below_normal,
     score_perturbation_allowance,
     unit_roundoff,
 )
@@ -65,8 +67,8 @@ from specs.tolerance.reading_bounds import (
 )
 
 __all__ = [
-    "K_FORWARD", "K_GRADIENT", "LAMBDA", "SAFETY", "SIMPLEX_OPTIMIZER_VALUE_TOLERANCE", "STORED_OUTPUT_UNDERFLOW",
-    "SUPPORTED_DTYPES",
+    "K_FORWARD", "K_GRADIENT", "LAMBDA", "OPERANDS_BELOW_NORMAL", "SAFETY", "SIMPLEX_OPTIMIZER_VALUE_TOLERANCE",
+    "STORED_OUTPUT_UNDERFLOW", "SUPPORTED_DTYPES",
     "Allowance", "GradientOracle", "Model", "Term", "ToleranceUndefined", "affine_image_allowance",
     "cosine_exponent_allowance", "difference_allowance", "directional_derivative_allowance", "dot_product_allowance",
     "dropout_survivor_allowance", "elementwise_product_allowance", "entropy_allowance",
@@ -74,7 +76,8 @@ __all__ = [
     "gradient_allowance", "jacobian_norm_allowance", "lse_allowance", "merge_allowance", "merge_order_allowance",
     "merged_terms",
     "metamorphic_allowance", "normalised_weights_allowance", "own_rounding_bound", "product_allowance",
-    "rope_score_allowance", "rotated_inputs_allowance", "row_entropy_allowance", "row_sum_allowance",
+    "rope_score_allowance", "rotated_inputs_allowance", "rounding_below_normal", "row_entropy_allowance",
+    "row_sum_allowance",
     "score_perturbation_allowance", "temperature_limit", "underflow_gap_window", "unit_roundoff",
     "unit_vector_allowance", "value_shift_allowance", "weights_entropy_allowance",
 ]

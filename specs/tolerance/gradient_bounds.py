@@ -21,6 +21,7 @@ from specs.tolerance.model import (
     ToleranceUndefined,
     _first_order_terms,
     _merge_magnitude,
+    rounding_below_normal,
     unit_roundoff,
 )
 
@@ -39,17 +40,20 @@ class GradientOracle:
 
 
 def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, gamma, relative,
-                          stored_u: float = 0.0, bias_shape: tuple[int, ...] | None = None) -> tuple:
+                          stored: np.dtype | None = None, bias_shape: tuple[int, ...] | None = None) -> tuple:
     """First-order bounds on |error| of dQ, dK, dV, propagated through the backward's products, with their
-    magnitudes; and the same two for the modification arrays' gradients (dicts keyed "bias", "sinks").
+    magnitudes; the same two for the modification arrays' gradients (dicts keyed "bias", "sinks"); and what
+    storing W and dS in `stored` before their products adds below its smallest normal (keyed 0, 1, 2 as dQ, dK,
+    dV, and "bias", "sinks"), where that rounding is absolute (rounding_below_normal):
+      dQ: s r(dS) |K|,  dK: s r(dS)^T |Q|,  dV: r(W)^T |dO|,  dBias: r(dS) summed,  dSinks: none (it reads D)
 
     Each weight carries a relative error `relative` (..., n_q, 1); a length-n sum of products errs by
     gamma(n) times the sum of the magnitudes; every elementwise step by u. With W the applied weights
     (after dropout), z = W / P, D_i = sum_c dO_ic O_ic:
       dV = W^T dO            |e| <= (rel W)^T |dO| + gamma(n_q g) W^T |dO|
       dP = (dO V^T) z        |e| <= gamma(d_v) (|dO| |V|^T) z
-      D                      |e| <= (gamma(d_v) + stored_u) sum |dO| |O| + sum |dO| (rel + gamma(n_k)) W|V|
-                             (stored_u: the forward's output read back as stored, rounded to its dtype)
+      D                      |e| <= (gamma(d_v) + u_s) sum |dO| |O| + sum |dO| (rel + gamma(n_k)) W|V|
+                             (u_s: the forward's output read back as stored, rounded to `stored`)
       dS = P (dP - D)        |e| <= (rel + 2u) P |dP - D| + P (|e_dP| + |e_D|)
       dQ = s dS K            |e| <= s (|e_dS| |K| + gamma(n_k) |dS| |K|)
       dK = s dS^T Q          |e| <= s (|e_dS|^T |Q| + gamma(n_q g) |dS|^T |Q|)   (g query heads per kv head)
@@ -62,6 +66,7 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
 
     heads_kv = k.shape[1]
     group = q.shape[1] // heads_kv
+    stored_u = 0.0 if stored is None else unit_roundoff(stored)
     k_all, v_all = repeat_kv(k, group), repeat_kv(v, group)
     n_q, n_k, d_v = q.shape[2], k.shape[2], v.shape[3]
     s = abs(result.scale)
@@ -97,8 +102,17 @@ def _backward_propagation(result: AttentionResult, q, k, v, d_out, *, u: float, 
         mod_magnitudes["sinks"] = sink_terms.sum(axis=(0, 2))
         mod_errors["sinks"] = ((relative[..., 0] * sink_terms + weight * e_d[..., 0]).sum(axis=(0, 2))
                                + gamma(d_out.shape[0] * n_q) * mod_magnitudes["sinks"])
+    below_normal: dict = dict.fromkeys((0, 1, 2, "bias", "sinks"), 0.0)
+    if stored is not None:
+        d_s_below = rounding_below_normal(d_s, e_ds, stored)
+        w_below = rounding_below_normal(w, relative * w, stored)
+        below_normal.update({0: s * (d_s_below @ abs_k),
+                             1: sum_groups(s * (d_s_below.swapaxes(-1, -2) @ abs_q), heads_kv),
+                             2: sum_groups(w_below.swapaxes(-1, -2) @ abs_do, heads_kv)})
+        if bias_shape is not None:
+            below_normal["bias"] = reduce_to_shape(d_s_below, bias_shape)
     return ((e_dq, sum_groups(e_dk, heads_kv), sum_groups(e_dv, heads_kv)), magnitudes, mod_errors,
-            mod_magnitudes)
+            mod_magnitudes, below_normal)
 
 
 def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, model: Model = attention,
@@ -114,8 +128,10 @@ def gradient_allowance(q, k, v, d_out, *, dtype: np.dtype | str, model: Model = 
     LAMBDA sqrt(n) u_a and relative error LAMBDA u_a (sqrt(d) A_i + 2 L_i + 2) and D_i computed from the output
     as stored in `dtype` (FlashAttention's backward reads O back: u sum |dO||O| each), plus storage rounding in
     `dtype`: u |grad| twice (the result and one rounded operand such as P or dS) and u times the gradient's
-    magnitude |dS||K|, |dS|^T|Q|, W^T|dO| (FlashAttention rounds P and dS to `dtype` before the products), and
-    the stored output's subnormal rounding carried through D (_stored_output_underflow).
+    magnitude |dS||K|, |dS|^T|Q|, W^T|dO| (FlashAttention rounds P and dS to `dtype` before the products), that
+    rounding's absolute part where P or dS lies below `dtype`'s smallest normal (half a subnormal at most each,
+    carried through the products: _backward_propagation), and the stored output's subnormal rounding carried
+    through D (_stored_output_underflow).
     `model`: the forward whose backward is bounded, the oracle's by default (specs.tolerance.model.Model).
     """
 
@@ -138,7 +154,7 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Mo
     if dtype == np.float64:
         u = unit_roundoff(np.float64)
         relative = (2 * (d + 6) * row_magnitude + (n_k + 4) * (1 + merge)) * u
-        errors, _, mod_errors, _ = _backward_propagation(result, q, k, v, d_out, u=u, gamma=lambda n: n * u,
+        errors, _, mod_errors, _, _ = _backward_propagation(result, q, k, v, d_out, u=u, gamma=lambda n: n * u,
                                                          relative=relative, bias_shape=bias_shape)
         floor = n_k * np.finfo(np.float64).tiny * float(np.abs(d_out).max(initial=0.0))
         rule = "float64 a-priori backward bound 2*(propagation with gamma(n)=nu, rel=(2(d+6)A_i+(n_k+4)(1+L_i))u)"
@@ -162,8 +178,8 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Mo
     u = unit_roundoff(dtype)
     u_a = min(u, unit_roundoff(np.float32))
     relative = LAMBDA * u_a * (math.sqrt(d) * row_magnitude + 2 * merge + 2)
-    errors, magnitudes, mod_errors, mod_magnitudes = _backward_propagation(
-        result, q, k, v, d_out, u=u_a, gamma=lambda n: LAMBDA * math.sqrt(n) * u_a, relative=relative, stored_u=u,
+    errors, magnitudes, mod_errors, mod_magnitudes, below_normal = _backward_propagation(
+        result, q, k, v, d_out, u=u_a, gamma=lambda n: LAMBDA * math.sqrt(n) * u_a, relative=relative, stored=dtype,
         bias_shape=bias_shape)
     tiny = n_k * float(finfo(np.float32).tiny) * float(np.abs(d_out).max(initial=0.0)) + float(
         finfo(dtype).smallest_subnormal)
@@ -179,14 +195,15 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Mo
                   1: abs(result.scale) * n_q * flushed_ds * float(np.abs(q).max(initial=0.0)), 2: 0.0}
     through_d = _stored_output_underflow(result, q, k, d_out, dtype, bias_shape)
 
-    def bound(exact, approx, error, magnitude, flushed, stored):
+    def bound(exact, approx, error, magnitude, below, flushed, stored):
         naive_error = np.max(np.abs(approx.astype(np.float64) - exact), axis=-1, keepdims=True)
         storage = u * (2 * np.abs(exact) + magnitude)
-        floor = error + storage + tiny + flushed + stored
+        floor = error + storage + below + tiny + flushed + stored
         scaled = K_GRADIENT * naive_error
         terms = ((f"{K_GRADIENT:g} x naive {dtype} backward error of the row", scaled),
                  (f"propagated rounding floor (float32 inside, LAMBDA={LAMBDA:g})", error),
-                 (f"storage rounding in {dtype}", storage), ("underflow", tiny),
+                 (f"storage rounding in {dtype}", storage),
+                 (OPERANDS_BELOW_NORMAL, below), ("underflow", tiny),
                  ("flushed weights through dS", flushed), (STORED_OUTPUT_UNDERFLOW, stored))
         return Allowance(
             scaled + floor,
@@ -194,14 +211,17 @@ def _gradient_allowance(q, k, v, d_out, dtype_name: str, kwargs: dict, model: Mo
             f"{float(naive_error.max()):.3g}) + probabilistic floor (float32 inside, LAMBDA={LAMBDA:g})", terms)
 
     per_entry = n_q * n_k * q.shape[0] * q.shape[1]  # dS entries a modification's gradient element sums at most
-    return GradientOracle(grads, tuple(bound(*parts, through_ds[index], through_d[index]) for index, parts in
-                                       enumerate(zip(grads, naive, errors, magnitudes, strict=True))),
+    return GradientOracle(grads, tuple(bound(*parts, below_normal[index], through_ds[index], through_d[index])
+                                       for index, parts in enumerate(zip(grads, naive, errors, magnitudes,
+                                                                         strict=True))),
                           {name: (g, bound(g, naive_mods[name], mod_errors[name], mod_magnitudes[name],
-                                           flushed_ds * per_entry / max(g.size, 1), through_d[name]))
+                                           below_normal[name], flushed_ds * per_entry / max(g.size, 1),
+                                           through_d[name]))
                            for name, g in mod_grads.items()})
 
 
 STORED_OUTPUT_UNDERFLOW = "stored output's underflow through D"
+OPERANDS_BELOW_NORMAL = "P and dS rounded to the dtype below its smallest normal"
 
 
 def _stored_output_underflow(result: AttentionResult, q, k, d_out, dtype: np.dtype,

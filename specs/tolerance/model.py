@@ -179,6 +179,15 @@ def unit_roundoff(dtype: np.dtype | str) -> float:
     return float(finfo(dtype).eps) / 2
 
 
+def rounding_below_normal(magnitude: np.ndarray, error: np.ndarray | float, dtype: np.dtype | str) -> np.ndarray:
+    """The absolute part of rounding to `dtype` a value of size `magnitude` computed with up to `error`: where it
+    may lie below the smallest normal, rounding to nearest errs by up to half the smallest subnormal, and by no more
+    than the value itself (under half it rounds to 0); elsewhere 0 (the relative u |x| bounds it there)."""
+    limits = finfo(dtype)
+    may_be_subnormal = magnitude - error < float(limits.tiny)
+    return np.where(may_be_subnormal, np.minimum(magnitude + error, float(limits.smallest_subnormal) / 2), 0.0)
+
+
 def _first_order_terms(result: AttentionResult, q: np.ndarray, k: np.ndarray, v: np.ndarray):
     """A_i (..., n_q, 1), sigma (..., n_q, d_v) and P|V| (..., n_q, d_v) of the analysis above."""
     u = unit_roundoff(np.float64)

@@ -188,24 +188,27 @@ def test_named_rules_give_the_numbers_of_the_factors_they_name():
                           (a.bound + tolerance.unit_roundoff("float32") * exact) / 0.9)
 
 
-def _float32_backward(q, k, v, d_out, scale, *, flush: bool = False, with_d: bool = True, stored=None):
-    """dQ, dK, dV in float32 as XLA's CPU backend computes them (`flush`: weights and dS below float32's smallest
-    normal flushed to 0); `with_d` False: dS = P dP, the row term D_i dropped (a wrong backward). `stored`: a
-    dtype the output is stored in, D_i read from it as FlashAttention's backward does (sum_c dO_ic O_ic)."""
+def _float32_backward(q, k, v, d_out, scale, *, flush=None, with_d: bool = True, stored=None, operands=None):
+    """dQ, dK, dV in float32 (`flush`: a dtype, weights and dS below its smallest normal flushed to 0: float32's as
+    XLA's CPU backend does); `with_d` False: dS = P dP, the row term D_i dropped (a wrong backward). `stored`: a
+    dtype the output is stored in, D_i read from it as FlashAttention's backward does (sum_c dO_ic O_ic).
+    `operands`: a dtype P and dS are rounded to before their products, as FlashAttention's backward does."""
     q, k, v, d_out = (x.astype(np.float32) for x in (q, k, v, d_out))
-    tiny = np.finfo(np.float32).tiny
+    tiny = np.finfo(flush or np.float32).tiny
     s = q @ k.swapaxes(-1, -2) * np.float32(scale)
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     p = e / e.sum(axis=-1, keepdims=True)
-    if flush:
+    if flush is not None:
         p = np.where(np.abs(p) < tiny, np.float32(0), p)
     d_p = d_out @ v.swapaxes(-1, -2)
     row_dot = (p * d_p).sum(axis=-1, keepdims=True)
     if stored is not None:
         row_dot = (d_out * (p @ v).astype(stored).astype(np.float32)).sum(axis=-1, keepdims=True)
     d_s = p * (d_p - row_dot if with_d else d_p)
-    if flush:
+    if flush is not None:
         d_s = np.where(np.abs(d_s) < tiny, np.float32(0), d_s)
+    if operands is not None:
+        p, d_s = (x.astype(operands).astype(np.float32) for x in (p, d_s))
     heads_kv = k.shape[1]  # grouped heads: dK and dV summed over each group
     d_k = (d_s.swapaxes(-1, -2) @ q * np.float32(scale)).reshape(q.shape[0], heads_kv, -1, *k.shape[2:]).sum(axis=2)
     d_v = (p.swapaxes(-1, -2) @ d_out).reshape(q.shape[0], heads_kv, -1, *v.shape[2:]).sum(axis=2)
@@ -221,12 +224,12 @@ def test_a_float32_backward_that_flushes_subnormals_is_within_the_allowance_and_
     d_out = np.random.default_rng(0).standard_normal(p.q.shape[:3] + (p.v.shape[-1],)).astype(np.float32)
     exact = [x.astype(np.float32).astype(np.float64) for x in (p.q, p.k, p.v)]
     oracle = tolerance.gradient_allowance(*exact, d_out.astype(np.float64), dtype="float32", scale=10.0)
-    flushed = _float32_backward(*exact, d_out, 10.0, flush=True)
+    flushed = _float32_backward(*exact, d_out, 10.0, flush=np.float32)
     errors = [np.abs(g.astype(np.float64) - exact_g) for g, exact_g in zip(flushed, oracle.grads, strict=True)]
     assert all(np.all(e <= a.bound) for e, a in zip(errors, oracle.allowances, strict=True))
     without = [a.bound - dict(a.parts())["flushed weights through dS"] for a in oracle.allowances]
     assert any(np.any(e > w) for e, w in zip(errors, without, strict=True)), "the flush never mattered here"
-    wrong = _float32_backward(*exact, d_out, 10.0, flush=True, with_d=False)
+    wrong = _float32_backward(*exact, d_out, 10.0, flush=np.float32, with_d=False)
     assert any(np.any(np.abs(g.astype(np.float64) - exact_g) > a.bound)
                for g, exact_g, a in zip(wrong, oracle.grads, oracle.allowances, strict=True))
 
@@ -236,10 +239,11 @@ def test_a_backward_reading_a_subnormal_float16_output_is_within_the_allowance_a
     stored in float16 they are off by up to half its smallest subnormal (3e-8) absolutely, over a hundred times their
     u |O|, and D_i = sum_c dO_ic O_ic read from them carries that into dQ and dK (the allowance's "stored output's
     underflow through D" term, without which dQ fails here: the Triton record's float16 backward met it under
-    softcap); dropping D_i is still refused."""
+    softcap; dO of size 16 takes D's error past the half subnormal each subnormal dS entry's own rounding is
+    allowed); dropping D_i is still refused."""
     p = build(n_q=26, n_k=26, seed=74657, score_style="spiky", value_style="integers", scale=5.0)
     exact = [x.astype(np.float16).astype(np.float64) for x in (p.q, p.k, p.v)]
-    d_out = np.random.default_rng(74657).standard_normal(p.q.shape[:3] + (p.v.shape[-1],)).astype(np.float16)
+    d_out = (16 * np.random.default_rng(74657).standard_normal(p.q.shape[:3] + (p.v.shape[-1],))).astype(np.float16)
     oracle = tolerance.gradient_allowance(*exact, d_out.astype(np.float64), dtype="float16", scale=5.0)
     assert np.any(np.abs(attention(*exact, scale=5.0).out) < np.finfo(np.float16).tiny)
     correct = [g.astype(np.float16).astype(np.float64)
@@ -251,3 +255,40 @@ def test_a_backward_reading_a_subnormal_float16_output_is_within_the_allowance_a
     wrong = _float32_backward(*exact, d_out, 5.0, stored=np.float16, with_d=False)
     assert any(np.any(np.abs(g.astype(np.float16).astype(np.float64) - exact_g) > a.bound)
                for g, exact_g, a in zip(wrong, oracle.grads, oracle.allowances, strict=True))
+
+
+def test_a_float16_backward_rounding_subnormal_ds_is_within_the_allowance_and_one_flushing_it_is_not():
+    """Queries of size 16 make most weights tiny and their dS below float16's smallest normal (6.1e-5), where
+    FlashAttention's rounding of P and dS to float16 before the products errs absolutely (up to half the smallest
+    subnormal, 3e-8, each; u |dS| is relative): dK = s dS^T Q sums that over the queries (the allowance's "P and dS
+    rounded to the dtype below its smallest normal" term, without which dK fails here). A kernel that flushes those
+    subnormals to 0 is refused, as is one dropping D_i."""
+    rng = np.random.default_rng(143)
+    q = (16 * rng.standard_normal((1, 1, 16, 2))).astype(np.float16).astype(np.float64)
+    k, v, d_out = (rng.standard_normal((1, 1, 16, 2)).astype(np.float16).astype(np.float64) for _ in range(3))
+    oracle = tolerance.gradient_allowance(q, k, v, d_out, dtype="float16", scale=1.0)
+
+    def errors(**wrong):
+        grads = _float32_backward(q, k, v, d_out, 1.0, stored=np.float16, operands=np.float16, **wrong)
+        return [np.abs(g.astype(np.float64) - exact) for g, exact in zip(grads, oracle.grads, strict=True)]
+
+    def beyond(errs, allowances):
+        return [bool(np.any(e > a)) for e, a in zip(errs, allowances, strict=True)]
+
+    bounds = [a.bound for a in oracle.allowances]
+    assert beyond(errors(), bounds) == [False, False, False]
+    without = [a.bound - dict(a.parts())[tolerance.OPERANDS_BELOW_NORMAL] for a in oracle.allowances]
+    assert beyond(errors(), without)[1], "dK's subnormal dS never mattered here"
+    assert beyond(errors(flush=np.float16), bounds)[1:] == [True, True]
+    assert beyond(errors(with_d=False), bounds)[:2] == [True, True]
+
+
+def test_rounding_below_normal_is_at_most_half_a_subnormal_and_never_more_than_the_value():
+    """specs.tolerance.rounding_below_normal bounds what rounding to nearest does below the smallest normal: every
+    float16 value (and one a rounding error may take below it) rounds within it; above it, the relative part does."""
+    values = np.concatenate([np.linspace(0, 7e-5, 20001), [2.0**-25, 3 * 2.0**-26, 2.0**-14 * (1 - 2.0**-12)]])
+    bound = tolerance.rounding_below_normal(values, 0.0, "float16")
+    assert np.all(np.abs(values.astype(np.float16).astype(np.float64) - values) <= bound + (values >= 2.0**-14)
+                  * tolerance.unit_roundoff("float16") * values)
+    assert np.all(bound <= np.minimum(values, 2.0**-25)) and np.all(bound[values >= 2.0**-14] == 0)
+    assert tolerance.rounding_below_normal(np.array([2.0**-14]), 2.0**-20, "float16")[0] == 2.0**-25
