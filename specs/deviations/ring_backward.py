@@ -15,10 +15,10 @@ import numpy as np
 
 from specs.deviations.base import Call, Deviation
 from specs.deviations.ring_steps import LAYOUT, WORLD_SIZE, rank_dq, ring_schedule
-from specs.dtypes import finfo, numpy_dtype
+from specs.dtypes import numpy_dtype
 from specs.gradients import sum_groups
 from specs.reference import repeat_kv
-from specs.tolerance import SAFETY, ToleranceUndefined, gradient_allowance, unit_roundoff
+from specs.tolerance import SAFETY, ToleranceUndefined, gradient_allowance, rounding_below_normal, unit_roundoff
 
 
 def _d_out_as_read(d_out_local: np.ndarray, rows: slice) -> np.ndarray:
@@ -98,10 +98,10 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         counts there, and a misread Delta makes a share's terms larger than the row's. Each share's Delta also reads
         the out the forward stored, whose blocks' outs were rounded to the inputs' dtype before the merge
         (_stored_out_error): |scale| sum_j P_ij |k_j| sum_c |dO_ic| e_ic over its keys; and the kernel rounds dS to
-        the inputs' dtype before its products, absolutely below the smallest normal: half the smallest subnormal
-        times |scale| |k_j| (dQ) or |q_i| (dK) for each such dS_ij. The ring's dQ is also rounded
-        to bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8), twice (SAFETY); zigzag and stripe return it in the inputs'
-        dtype."""
+        the inputs' dtype before its products, absolutely below the smallest normal: up to half the smallest
+        subnormal and no more than |dS_ij| (specs.tolerance.rounding_below_normal) times |scale| |k_j| (dQ) or
+        |q_i| (dK) for each such dS_ij. The ring's dQ is also rounded to bfloat16: u_bf16 |dQ| (u_bf16 = 2^-8),
+        twice (SAFETY); zigzag and stripe return it in the inputs' dtype."""
         grads = self._gradients(call)
         if grads is None:
             return {}
@@ -162,7 +162,6 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
         # within its error of its dtype's overflow, so that either side may be the kernel's
         dq, dk = np.zeros((4, *call.q.shape)), np.zeros((4, *call.k.shape))
         rounding = SAFETY * 2 * unit_roundoff(call.dtype)
-        normal, underflow = float(finfo(call.dtype).tiny), float(finfo(call.dtype).smallest_subnormal) / 2
         misread_any = False
         for held, steps in schedule:
             # the forward merges the same blocks; one over every row after the first replaces out by the merge's
@@ -180,8 +179,9 @@ class DqAccumulatorAliasesStepBuffer(Deviation):
                 weights = result.weights[:, :, at][..., step.keys]
                 d_s = weights * (d_p[:, :, at][..., step.keys] - delta)
                 # the kernel rounds dS to the inputs' dtype before its products: below the smallest normal that
-                # rounding is absolute, up to half the smallest subnormal (the rule's u |dS| is relative)
-                d_s_error = abs(result.scale) * (weights * delta_error + np.where(np.abs(d_s) < normal, underflow, 0.0))
+                # rounding is absolute (the rule's is of the oracle's dS, this share's is of the Delta it read)
+                d_s_off = weights * delta_error
+                d_s_error = abs(result.scale) * (d_s_off + rounding_below_normal(np.abs(d_s), d_s_off, call.dtype))
                 share_q, share_k = self._terms(call, weights, d_p[:, :, at][..., step.keys], delta,
                                                k_all[:, :, step.keys], call.q[:, :, at])
                 dq_share = result.scale * (d_s @ k_all[:, :, step.keys])
