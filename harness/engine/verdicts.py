@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from harness.engine.declarations import DeclaredExample, refuted
+from protocol.expectation_rows import Expectation
 from protocol.registry import Unavailable, Variant
 from specs.catalogue import Claim
 
@@ -182,7 +183,7 @@ def _short(name: str) -> str:
 LONG_SKIP_REASON = "long regime (n >= 1025 or d = 256): runs with --impl, or --long-regimes=yes (tox -e long)"
 
 
-def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
+def uncaught_declarations(state: RunState) -> list[tuple[Variant, Expectation]]:
     """Declarations whose claim's properties all ran on their dtype, at least one not skipped and none skipped as a
     long regime (the one where the deviation may fire), and whose deviation explained no failing example."""
     uncaught = []
@@ -199,7 +200,7 @@ def uncaught_declarations(state: RunState) -> list[tuple[Variant, str]]:
             ran = [o for o in outcomes if o.prop in named and o.status != "skip"]
             long_skipped = any(o.status == "skip" and LONG_SKIP_REASON in o.detail for o in outcomes)
             if named <= collected and ran and not long_skipped:
-                uncaught.append((variant, scope.describe()))
+                uncaught.append((variant, scope))
     return uncaught
 
 
@@ -207,9 +208,9 @@ def judge_declarations(state: RunState, derandomized: bool) -> bool:
     """Report declarations nothing caught; True when one is a built-in's under a derandomized profile
     (the run is reproducible, so the record's declaration is wrong: exit 1)."""
     fatal = False
-    for variant, declaration in uncaught_declarations(state):
+    for variant, scope in uncaught_declarations(state):
         error = variant.impl.target in state.builtin and derandomized
         fatal |= error
         state.warnings.append(f"{'ERROR' if error else 'WARNING'}: {variant.name} declares a known defect that "
-                              f"no property caught: {declaration}")
+                              f"no property caught: {scope.describe()}")
     return fatal

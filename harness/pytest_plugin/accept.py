@@ -1,24 +1,27 @@
 """`--accept-expectations FILE`: the rows of the expectations table as the run measured them, so a change of
 expectations is a reviewed diff against impls/expectations.toml, never a hand-copied list.
 
-For every implementation that ran: a row whose deviation explained an example is written as it stands, a row whose
-claim the run checked on that implementation (in one of the row's dtypes) and that explained nothing is left out, a
-row whose claim the run did not check (a run of some properties, -k) is kept as it stands, and a deviation accept
-mode found for an example nothing declared explained (harness.api.explained_runs: the narrowest that explains every
-element) becomes a new row, its `why` and `reported` to be written by the reviewer. Records that did not run keep
-their rows; an implementation run by --impl gets its rows under its target, for its author to move into its
-`known_defects`. A failure no documented deviation explains is listed as a problem: it needs a fix, or a deviation
-of its own in specs.deviations. Rows are grouped back into the table's form: one row per subject, deviation and
-dtypes, with its claims listed.
+The table's rows are written less what the run reports as caught by no property, dtype by dtype (the judgement of
+harness.engine.verdicts.uncaught_declarations, so a file accept mode wrote never draws that report on the same run):
+a row of two dtypes whose deviation explained an example in one and nothing in the other, where the claim's
+properties ran, is written with the one; a row whose claim the run did not check (a run of some properties, -k, or
+its long regime skipped) is kept as it stands. A deviation accept mode found for an example nothing declared
+explained (harness.api.explained_runs: the narrowest that explains every element) becomes a new row, its `why` and
+`reported` to be written by the reviewer. Records that did not run keep their rows; an implementation run by --impl
+gets its rows under its target, for its author to move into its `known_defects`. A failure no documented deviation
+explains is listed as a problem: it needs a fix, or a deviation of its own in specs.deviations. Rows are grouped back
+into the table's form: one row per subject, deviation and dtypes, with its claims listed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.engine.verdicts import RunState, uncaught_declarations
 from protocol.expectation_rows import Expectation
 from protocol.expectations import load_table
 from specs.deviations import deviation_from_fields
@@ -26,24 +29,23 @@ from specs.deviations import deviation_from_fields
 WIDTH = 118  # the table's lines stay within 120 characters
 
 
-def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict,
-                  builtin: frozenset[str]) -> tuple[list[Expectation], list[str]]:
-    """The rows a run measured for `variants` (harness.engine.verdicts.RunState's variants, outcomes, triggered and
-    accepted; `builtin`: the records' targets, whose table rows it rewrites), and one problem line per failure
-    nothing explains."""
-    ran = {v.impl.name for v in variants if v.impl.target in builtin}
-    checked = {(variant.impl.name, variant.dtype, claim) for variant in variants for (claim, name) in outcomes
-               if name == variant.name}
-    kept = [row for row in load_table() if row.subject not in ran
-            or not any((row.subject, dtype, row.claim) in checked for dtype in row.dtypes)]
-    for variant in variants:
-        for index, row in enumerate(variant.impl.expectations):
-            if (variant.name, index) in triggered and row not in kept:
-                kept.append(row)
+def measured_rows(state: RunState) -> tuple[list[Expectation], list[str]]:
+    """The rows `state` (harness.engine.verdicts.RunState) measured, and one problem line per failure nothing
+    explains. The table's rows, and an outside implementation's own, less each dtype in which the run reports the
+    row as caught by no property (harness.engine.verdicts.uncaught_declarations, the same judgement), a row left with
+    no dtype dropped; then the deviations accept mode found, as new rows."""
+    uncaught = {(variant.dtype, row) for variant, row in uncaught_declarations(state)}
+    outside = [row for variant in state.variants if variant.impl.target not in state.builtin
+               for row in variant.impl.expectations]
+    kept = []
+    for row in dict.fromkeys((*load_table(), *outside)):
+        dtypes = tuple(dtype for dtype in row.dtypes if (dtype, row) not in uncaught)
+        if dtypes:
+            kept.append(dataclasses.replace(row, dtypes=dtypes))
     new: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (subject, deviation, claim) -> dtypes
     fields: dict[str, tuple[str, dict]] = {}
-    for (name, claim), found in accepted.items():
-        variant = next(v for v in variants if v.name == name)
+    for (name, claim), found in state.accepted.items():
+        variant = next(v for v in state.variants if v.name == name)
         for deviation_name, params in found:
             deviation = deviation_from_fields(deviation_name, params, "accept")
             fields[deviation.describe()] = (deviation_name, params)
@@ -53,15 +55,9 @@ def measured_rows(variants: list, outcomes: dict, triggered: set, accepted: dict
         deviation = deviation_from_fields(name, params, "accept")
         kept.append(Expectation(subject, claim, "measured by accept mode (say why)", tuple(sorted(dtypes)), deviation,
                         "here: accepted from a run (say where)"))
-    problems = []
-    for variant in variants:
-        for (claim, name), found in outcomes.items():
-            if name != variant.name:
-                continue
-            for outcome in found:
-                if outcome.status == "fail" and not outcome.expected:
-                    problems.append(f"({variant.name}, {claim}): no documented deviation explains "
-                                    f"{outcome.detail.splitlines()[0][:160]}")
+    problems = [f"({name}, {claim}): no documented deviation explains {outcome.detail.splitlines()[0][:160]}"
+                for (claim, name), found in state.outcomes.items() for outcome in found
+                if outcome.status == "fail" and not outcome.expected]
     return _merged(kept), sorted(set(problems))
 
 
@@ -126,10 +122,10 @@ def table_text(rows: Iterable[Expectation]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def write_accepted(path: str | Path, state) -> list[str]:
+def write_accepted(path: str | Path, state: RunState) -> list[str]:
     """Write the measured rows of `state` (harness.engine.verdicts.RunState) to `path`; the failures nothing
     explains."""
-    rows, problems = measured_rows(state.variants, state.outcomes, state.triggered, state.accepted, state.builtin)
+    rows, problems = measured_rows(state)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(table_text(rows), encoding="utf-8")
     return problems

@@ -12,11 +12,12 @@ from unittest import mock
 
 import pytest
 
-from harness.engine.verdicts import Outcome
+from harness.engine.verdicts import Outcome, RunState, uncaught_declarations
 from harness.pytest_plugin.accept import measured_rows, table_text
 from protocol.expectation_rows import Expectation
 from protocol.expectations import load_table, parse_table
 from protocol.registry import Variant, load_impl
+from specs.catalogue import load_claims
 from specs.deviations import deviation_from_fields
 from tests.fixtures.runs import ROOT, run_suite
 
@@ -25,9 +26,27 @@ FIXTURES = "tests/fixtures/deviation_impls.py"
 IGNORED = shutil.ignore_patterns(".git", ".tox", "__pycache__", ".hypothesis", "*.egg-info")
 
 
-def _row(claim: str, name: str, **params) -> Expectation:
-    return Expectation("numpy-tiled", claim, "why", ("float64",), deviation_from_fields(name, params, "test"),
+def _row(claim: str, name: str, dtypes: tuple[str, ...] = ("float64",), **params) -> Expectation:
+    return Expectation("numpy-tiled", claim, "why", dtypes, deviation_from_fields(name, params, "test"),
                        "here: a test")
+
+
+def _state(rows: tuple[Expectation, ...], dtypes: tuple[str, ...], ran: tuple[str, ...]) -> RunState:
+    """A run of the record, declaring `rows`, in `dtypes`, where each claim of `ran` had its one property pass."""
+    impl = dataclasses.replace(load_impl(RECORD), expectations=rows)
+    state = RunState([Variant(impl, dtype) for dtype in dtypes], [], load_claims(), builtin=frozenset({RECORD}))
+    for claim in ran:
+        prop = f"properties.test_x::test_{claim}"
+        state.registered[claim].add(prop)
+        for variant in state.variants:
+            state.collected[(claim, variant.name)].add(prop)
+            state.outcomes[(claim, variant.name)].append(Outcome("pass", "t::a", f"test_{claim}", ""))
+    return state
+
+
+def _measured(state: RunState, rows: tuple[Expectation, ...]) -> tuple[list[Expectation], list[str]]:
+    with mock.patch("harness.pytest_plugin.accept.load_table", return_value=(*load_table(), *rows)):
+        return measured_rows(state)
 
 
 def test_measured_rows_keep_what_explained_drop_what_did_not_and_add_what_was_accepted():
@@ -35,14 +54,12 @@ def test_measured_rows_keep_what_explained_drop_what_did_not_and_add_what_was_ac
     a claim the run did not check (a run of some properties) is kept as it stands."""
     fired, idle = _row("sdpa-formula", "float32-softmax"), _row("rows-sum-to-one", "keyless-row-mean")
     unchecked = _row("causal-alignment", "keyless-row-nan")
-    variant = Variant(dataclasses.replace(load_impl(RECORD), expectations=(fired, idle, unchecked)), "float64")
-    accepted = {(variant.name, "layout-independent"): [("keyless-row-nan", {})]}
-    outcomes = {(claim, variant.name): [Outcome("pass", "t::a", "test_a", "")]
-                for claim in ("sdpa-formula", "rows-sum-to-one")}
-    table = [*load_table(), fired, idle, unchecked]
-    with mock.patch("harness.pytest_plugin.accept.load_table", return_value=table):
-        rows, problems = measured_rows([variant], outcomes, {(variant.name, 0)}, accepted,
-                                       frozenset({variant.impl.target}))
+    table = (fired, idle, unchecked)
+    state = _state(table, ("float64",), ran=("sdpa-formula", "rows-sum-to-one"))
+    (variant,) = state.variants
+    state.triggered.add((variant.name, 0))
+    state.accepted[(variant.name, "layout-independent")] = [("keyless-row-nan", {})]
+    rows, problems = _measured(state, table)
     mine = [row for row in rows if row.subject == "numpy-tiled"]
     assert problems == []
     assert fired in mine and idle not in mine and unchecked in mine and len(mine) == 3
@@ -54,11 +71,32 @@ def test_measured_rows_keep_what_explained_drop_what_did_not_and_add_what_was_ac
     assert set(parse_table(table_text(rows))) == set(rows)  # the written file is a table
 
 
+def test_a_row_is_written_in_the_dtypes_it_explained_and_the_run_judges_the_file_caught():
+    """A row of two dtypes whose deviation explained an example in one and nothing in the other (where its claim's
+    property ran) is written with the one: the dtypes the run reports uncaught are exactly those the file leaves
+    out. A dtype whose claim did not run keeps the row."""
+    both = _row("sdpa-formula", "float32-softmax", dtypes=("float32", "float64"))
+    state = _state((both,), ("float32", "float64"), ran=("sdpa-formula",))
+    first, second = state.variants
+    state.triggered.add((second.name, 0))
+    assert uncaught_declarations(state) == [(first, both)]
+    rows, _ = _measured(state, (both,))
+    assert [row.dtypes for row in rows if row.subject == "numpy-tiled"] == [("float64",)]
+    narrowed = dataclasses.replace(both, dtypes=("float64",))
+    state.variants[0] = Variant(dataclasses.replace(first.impl, expectations=(narrowed,)), "float32")
+    state.variants[1] = Variant(dataclasses.replace(second.impl, expectations=(narrowed,)), "float64")
+    assert uncaught_declarations(state) == []  # the file as written draws no report from the same run
+    unrun = _state((both,), ("float32", "float64"), ran=())
+    rows, _ = _measured(unrun, (both,))
+    assert [row.dtypes for row in rows if row.subject == "numpy-tiled"] == [("float32", "float64")]
+
+
 def test_a_failure_no_deviation_explains_is_reported():
-    variant = Variant(load_impl(RECORD), "float64")
-    outcomes = {("sdpa-formula", variant.name): [Outcome("fail", "t::a", "test_a", "out differs from the oracle")]}
-    _, problems = measured_rows([variant], outcomes, set(), {}, frozenset({variant.impl.target}))
-    assert problems == [f"({variant.name}, sdpa-formula): no documented deviation explains out differs from the oracle"]
+    state = _state((), ("float64",), ran=())
+    (variant,) = state.variants
+    state.outcomes[("sdpa-formula", variant.name)].append(Outcome("fail", "t::a", "test_a", "out differs"))
+    _, problems = _measured(state, ())
+    assert problems == [f"({variant.name}, sdpa-formula): no documented deviation explains out differs"]
 
 
 def _accepted(run_dir, *args, root=ROOT):

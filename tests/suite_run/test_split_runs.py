@@ -72,8 +72,8 @@ def test_the_split_separated_what_only_the_merge_can_judge(runs):
     for name, groups in (("first", [first]), ("second", [second]), ("merged", [first, second])):
         state = merge_outcomes(groups).state
         state.triggered.clear()  # as if nothing had caught a row: which rows could each judge?
-        judged[name] = {(variant.name, scope) for variant, scope in uncaught_declarations(state)}
-    sdpa = {found for found in judged["merged"] if found[0] == row[0] and "sdpa-formula" in found[1]}
+        judged[name] = {(variant.name, scope.claim) for variant, scope in uncaught_declarations(state)}
+    sdpa = {found for found in judged["merged"] if found == (row[0], "sdpa-formula")}
     assert sdpa and not sdpa & (judged["first"] | judged["second"])
 
 
