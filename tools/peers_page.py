@@ -37,11 +37,14 @@ MARKS = {"pass": "pass", "refutes": "refutes the seed", "finding": "**finding**"
          "error": "**ERROR**", "skip": "not run"}
 
 
-def _cell(verdict: dict, scripts: dict[tuple[str, str], list[str]]) -> str:
+Scripts = dict[tuple[str, str], list[tuple[tuple[str, ...], list[str]]]]  # (record, claim) -> (dtypes, scripts)
+
+
+def _cell(verdict: dict, scripts: Scripts) -> str:
     """pass, skip, fail or error as the run says; an expected failure is a finding where a row of the peer declares
     it, else the refutation of a seed sentence false as written (every implementation refutes it)."""
     if verdict["status"] == "fail" and verdict["declared"]:
-        return "finding" if scripts.get((_peer(verdict["impl"]), verdict["claim"])) else "refutes"
+        return "finding" if _declaring_scripts(verdict, scripts) else "refutes"
     return verdict["status"]
 
 
@@ -60,10 +63,21 @@ def _peer(subject: str) -> str:
     return subject.partition("[")[0]
 
 
-def _scripts() -> dict[tuple[str, str], list[str]]:
-    """(record, claim) -> the finding scripts its row names (docs/findings/, linked from docs/generated/)."""
-    rows = parse_table(TABLE_PATH.read_text(encoding="utf-8"))
-    return {(row.subject, row.claim): re.findall(r"docs/findings/(\w+\.py)", row.reported) for row in rows}
+def _scripts() -> Scripts:
+    """(record, claim) -> each of its rows' dtypes and the finding scripts the row names (docs/findings/, linked
+    from docs/generated/)."""
+    found: Scripts = defaultdict(list)
+    for row in parse_table(TABLE_PATH.read_text(encoding="utf-8")):
+        found[(row.subject, row.claim)].append((row.dtypes, re.findall(r"docs/findings/(\w+\.py)", row.reported)))
+    return dict(found)
+
+
+def _declaring_scripts(verdict: dict, scripts: Scripts) -> list[str]:
+    """The scripts of every row that declares a cell's claim in its dtype: in a run that reports no declaration
+    uncaught (the table as accept mode writes it), each of those rows explained an example of the cell."""
+    dtype = verdict["impl"].partition("[")[2].rstrip("]")
+    rows = scripts.get((_peer(verdict["impl"]), verdict["claim"]), [])
+    return list(dict.fromkeys(script for dtypes, found in rows if dtype in dtypes for script in found))
 
 
 def _title(script: str) -> str:
@@ -75,7 +89,7 @@ def _title(script: str) -> str:
     return " ".join(docstring.split("\n\n")[0].split())
 
 
-def _run_line(verdicts: list[dict], duration_s: float | None, scripts: dict[tuple[str, str], list[str]]) -> str:
+def _run_line(verdicts: list[dict], duration_s: float | None, scripts: Scripts) -> str:
     counts = defaultdict(int)
     for verdict in verdicts:
         if "[" in verdict["impl"]:
@@ -87,8 +101,8 @@ def _run_line(verdicts: list[dict], duration_s: float | None, scripts: dict[tupl
             f"{unexpected} unexpected{took}")
 
 
-def render(report: dict, scripts: dict[tuple[str, str], list[str]] | None = None) -> str:
-    """The page's Markdown for one peers run's report.json; `scripts`: each finding's scripts (_scripts())."""
+def render(report: dict, scripts: Scripts | None = None) -> str:
+    """The page's Markdown for one peers run's report.json; `scripts`: each row's why and scripts (_scripts())."""
     scripts = _scripts() if scripts is None else scripts
     verdicts = report["verdicts"]
     by_peer: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -100,7 +114,7 @@ def render(report: dict, scripts: dict[tuple[str, str], list[str]] | None = None
         by_peer[_peer(verdict["impl"])][verdict["claim"]].append(cell)
         if cell in ("finding", "fail", "error"):  # one section per finding script; an unexpected failure its own
             peer = _peer(verdict["impl"])
-            named = scripts[(peer, verdict["claim"])] if cell == "finding" else None
+            named = _declaring_scripts(verdict, scripts) if cell == "finding" else None
             for key in named or [f"unexpected: {verdict['detail'].splitlines()[0] if verdict['detail'] else ''}"]:
                 findings[(peer, key)].append(verdict)
     peers = sorted(by_peer)

@@ -378,7 +378,7 @@ def test_the_page_tallies_each_peer_and_lists_each_finding_and_each_unexpected_f
         _verdict("peer-b[float64]", "rows-sum-to-one", "fail", expected=True, detail="the seed is false as written"),
         _verdict("oracle", "sdpa-formula", "pass"),
     ]}
-    page = peers_page.render(report, scripts={("peer-a", "rows-sum-to-one"): ["peer_a_float32.py"]})
+    page = peers_page.render(report, scripts={("peer-a", "rows-sum-to-one"): [(("float32",), ["peer_a_float32.py"])]})
     assert "- script: [peer_a_float32.py](../findings/peer_a_float32.py)" in page
     assert ("This run: 5 cells (claim x peer x dtype): 1 pass, 1 findings, 1 refuting a false seed sentence, 1 not "
             "run, 1 unexpected.") in page
@@ -388,6 +388,19 @@ def test_the_page_tallies_each_peer_and_lists_each_finding_and_each_unexpected_f
     assert "| rows-sum-to-one | **finding** | refutes the seed |" in page
     assert "| sdpa-formula | not run | **FAIL** |" in page
     assert "unexpected: the seed is false" not in page  # a refuted seed sentence is no finding
+
+
+def test_a_finding_is_listed_under_the_script_of_each_row_declaring_its_claim_in_its_dtype():
+    """A claim with two rows of a peer: each cell under the scripts of the rows that declare it in its dtype (in a run
+    with no uncaught declaration, the rows that explained it), not under whichever row the table lists last."""
+    report = {"verdicts": [_verdict("peer-a[float32]", "sharded-equals-global", "fail", expected=True),
+                           _verdict("peer-a[float16]", "sharded-equals-global", "fail", expected=True)]}
+    scripts = {("peer-a", "sharded-equals-global"): [(("float32", "float16"), ["aliases.py"]),
+                                                     (("float32",), ["merge.py"])]}
+    page = peers_page.render(report, scripts=scripts)
+    aliases, merge = page.split("### peer-a: aliases.py")[1], page.split("### peer-a: merge.py")[1]
+    assert "- variants: peer-a[float16], peer-a[float32]\n" in aliases.split("###")[0]
+    assert "- variants: peer-a[float32]\n" in merge.split("###")[0]
 
 
 def test_the_page_is_written_and_its_exit_says_whether_a_failure_is_unexpected(tmp_path, capsys):
