@@ -75,8 +75,8 @@ def _scripts() -> Scripts:
 def _declaring_scripts(verdict: dict, scripts: Scripts) -> list[str]:
     """The scripts of every row that declares a cell's claim in its dtype: in a run that reports no declaration
     uncaught (the table as accept mode writes it), each of those rows explained an example of the cell."""
-    dtype = verdict["impl"].partition("[")[2].rstrip("]")
-    rows = scripts.get((_peer(verdict["impl"]), verdict["claim"]), [])
+    peer, _, dtype = verdict["impl"].removesuffix("]").partition("[")
+    rows = scripts.get((peer, verdict["claim"]), [])
     return list(dict.fromkeys(script for dtypes, found in rows if dtype in dtypes for script in found))
 
 
